@@ -1,0 +1,27 @@
+// The subcommands of `mfsdp`. Each registers itself on the app and sets `run` when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+
+namespace mfsdp::cli {
+
+// What a chosen subcommand runs; returns the process exit code.
+using Action = std::function<int()>;
+
+void add_env_command(CLI::App& app, Action& run);
+void add_selfcheck_command(CLI::App& app, Action& run);
+void add_launch_command(CLI::App& app, Action& run);
+
+// Pieces the default job (no subcommand) reuses.
+int print_environment(bool json);
+int run_selfcheck(int world_size, bool processes, int timeout_s);
+
+// Exit codes.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;  // the job ran and failed (a check, a rank, a collective)
+constexpr int kExitUsage = 2;    // the command line or its input is wrong
+
+}  // namespace mfsdp::cli

@@ -1,0 +1,58 @@
+// mfsdp: the MatrixFSDP command line.
+#include "cli/commands.h"
+#include "core/errors.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <iostream>
+
+namespace {
+
+// The main job on its embedded default: the environment and a 4-rank Gloo self-check, as
+// threads and as processes.
+int default_job() {
+  using namespace mfsdp::cli;
+  int code = print_environment(/*json=*/false);
+  if (code == kExitOk) code = run_selfcheck(4, /*processes=*/false, 60);
+  if (code == kExitOk) code = run_selfcheck(4, /*processes=*/true, 60);
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace mfsdp::cli;
+  mfsdp::quiet_c10_logs();
+  CLI::App app{
+      "MatrixFSDP: owner-shaped ZeRO-3 for matrix optimizers.\n"
+      "Without a subcommand: print the environment and run a 4-rank Gloo self-check."};
+  app.require_subcommand(0, 1);
+  app.fallthrough(false);
+  Action run;
+  add_env_command(app, run);
+  add_selfcheck_command(app, run);
+  add_launch_command(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    std::cout << app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "mfsdp: " << e.what() << "\n\n";
+    // Help of the subcommand that was being parsed, if any.
+    const CLI::App* where = &app;
+    for (const CLI::App* sub : app.get_subcommands()) where = sub;
+    std::cerr << where->help();
+    return kExitUsage;
+  }
+  try {
+    return run ? run() : default_job();
+  } catch (const std::exception& e) {
+    std::cerr << "mfsdp: error: " << mfsdp::error_message(e) << "\n";
+    return kExitFailure;
+  }
+}

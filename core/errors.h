@@ -1,0 +1,19 @@
+// Turning exceptions into one readable message (c10::Error without its C++ backtrace).
+#pragma once
+
+#include <exception>
+#include <string>
+
+namespace mfsdp {
+
+std::string error_message(const std::exception& e);
+
+}  // namespace mfsdp
+
+namespace mfsdp {
+
+// Silences c10's own warning/error log lines (c10d prints every retry with a C++ backtrace) unless
+// TORCH_CPP_LOG_LEVEL is set; the errors that matter reach the user as exceptions with context.
+void quiet_c10_logs();
+
+}  // namespace mfsdp

@@ -1,0 +1,55 @@
+// Creating c10d stores and backends (Gloo on CPU, NCCL on GPU) with errors that say what failed.
+//
+// Everything the runtime sends goes through a c10d::Backend made here. Gloo's own headers are
+// needed only inside process_group.cpp, so the rest of the project includes just c10d's Backend.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace mfsdp {
+
+enum class BackendKind {
+  gloo,  // CPU tensors (and CUDA tensors staged through host memory)
+  nccl,  // CUDA tensors, one GPU per rank
+};
+
+const char* to_string(BackendKind kind);
+BackendKind backend_kind_from_string(const std::string& name);  // throws on unknown names
+
+// Whether this build of libtorch can create the NCCL backend (compiled in and a GPU visible).
+bool nccl_available();
+
+// A Gloo backend for `rank` of `world_size` over `store`, bound to 127.0.0.1. Blocks until all
+// ranks have joined (full-mesh connect) or `timeout` passes; the timeout also bounds every
+// collective issued on it.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int rank, int world_size,
+                                                    std::chrono::milliseconds timeout);
+
+// An NCCL backend on the current CUDA device. Throws with a clear message where NCCL is missing.
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                    int rank, int world_size,
+                                                    std::chrono::milliseconds timeout);
+
+c10::intrusive_ptr<c10d::Backend> make_backend(BackendKind kind,
+                                               const c10::intrusive_ptr<c10d::Store>& store,
+                                               int rank, int world_size,
+                                               std::chrono::milliseconds timeout);
+
+// A TCP store on `host:port`. The server side (is_server) binds (port 0 = ephemeral, read back
+// with tcp_store_port); clients connect, retrying until `timeout`, and on failure throw an error
+// naming the address and the timeout.
+c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uint16_t port,
+                                               bool is_server, int world_size,
+                                               std::chrono::milliseconds timeout);
+std::uint16_t tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store);
+
+// A fresh in-memory store for ranks that are threads of one process.
+c10::intrusive_ptr<c10d::Store> make_hash_store(std::chrono::milliseconds timeout);
+
+}  // namespace mfsdp

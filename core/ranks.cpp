@@ -1,0 +1,91 @@
+#include "core/ranks.h"
+
+#include "core/dist_env.h"
+#include "core/errors.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace mfsdp {
+namespace {
+
+std::string describe(const std::vector<RankError::Failure>& failures) {
+  std::ostringstream out;
+  out << "rank " << failures.front().rank << " failed: " << failures.front().message;
+  if (failures.size() > 1) {
+    out << "\n(" << failures.size() - 1 << " more rank(s) failed after it:";
+    for (size_t i = 1; i < failures.size(); ++i) {
+      std::string first_line = failures[i].message.substr(0, failures[i].message.find('\n'));
+      out << "\n  rank " << failures[i].rank << ": " << first_line;
+    }
+    out << ")";
+  }
+  return out.str();
+}
+
+void run_rank(RankContext& ctx, const RanksOptions& options,
+              const c10::intrusive_ptr<c10d::Store>& store, const RankFn& fn) {
+  apply_determinism(options.determinism);
+  ctx.world_size = options.world_size;
+  ctx.determinism = options.determinism;
+  ctx.timeout = options.timeout;
+  ctx.generator = make_rank_generator(options.seed, ctx.rank);
+  auto group_store = c10::make_intrusive<c10d::PrefixStore>("mfsdp/default_pg", store);
+  ctx.backend = make_backend(options.backend, group_store, ctx.rank, options.world_size,
+                             options.timeout);
+  fn(ctx);
+}
+
+}  // namespace
+
+RankError::RankError(std::vector<Failure> failures)
+    : std::runtime_error(describe(failures)), failures_(std::move(failures)) {}
+
+void run_ranks_as_threads(const RanksOptions& options, const RankFn& fn) {
+  TORCH_CHECK(options.world_size >= 1, "ranks: world size must be >= 1, got ", options.world_size);
+  auto store = make_hash_store(options.timeout);
+  std::mutex mutex;
+  std::vector<RankError::Failure> failures;  // in the order they happened
+  std::vector<std::thread> threads;
+  threads.reserve(options.world_size);
+  for (int r = 0; r < options.world_size; ++r) {
+    threads.emplace_back([&, r] {
+      RankContext ctx;
+      ctx.rank = r;
+      try {
+        run_rank(ctx, options, store, fn);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures.push_back({r, error_message(e)});
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures.push_back({r, "unknown exception"});
+      }
+      // Drop the backend before the thread ends, while peers still run their own teardown.
+      ctx.backend.reset();
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!failures.empty()) throw RankError(std::move(failures));
+}
+
+void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, const RankFn& fn) {
+  RanksOptions opts = options;
+  opts.world_size = env.world_size;
+  bool is_server = !env.agent_store && env.rank == 0;
+  RankContext ctx;
+  ctx.rank = env.rank;
+  try {
+    auto store = make_tcp_store(env.master_addr, env.master_port, is_server, env.world_size,
+                                options.timeout);
+    run_rank(ctx, opts, store, fn);
+  } catch (const std::exception& e) {
+    throw RankError({{env.rank, error_message(e)}});
+  }
+}
+
+}  // namespace mfsdp
