@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <stdexcept>
 
 namespace mfsdp::cli {
 
@@ -14,6 +15,12 @@ using Action = std::function<int()>;
 void add_env_command(CLI::App& app, Action& run);
 void add_selfcheck_command(CLI::App& app, Action& run);
 void add_launch_command(CLI::App& app, Action& run);
+void add_plan_command(CLI::App& app, Action& run);
+
+// Bad input found after parsing (unknown preset, malformed spec, ...): exit code 2.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Pieces the default job (no subcommand) reuses.
 int print_environment(bool json);

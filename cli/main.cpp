@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   add_env_command(app, run);
   add_selfcheck_command(app, run);
   add_launch_command(app, run);
+  add_plan_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
   }
   try {
     return run ? run() : default_job();
+  } catch (const UsageError& e) {
+    std::cerr << "mfsdp: " << e.what() << "\n";
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "mfsdp: error: " << mfsdp::error_message(e) << "\n";
     return kExitFailure;

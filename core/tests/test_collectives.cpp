@@ -30,12 +30,18 @@ TEST_P(GlooCollectives, EveryCheckIsBitExactOnEveryRank) {
   ASSERT_EQ(results.size(), all_collective_checks().size() * world_size);
   for (const auto& [rank, r] : results) {
     EXPECT_TRUE(r.ok) << "rank " << rank << " " << r.name << ": " << r.detail;
-    if (world_size > 1) EXPECT_FALSE(r.skipped) << r.name;
+    if (world_size > 1) {
+      EXPECT_FALSE(r.skipped) << r.name;
+    }
   }
 }
 
 std::string name(const ::testing::TestParamInfo<GlooCollectives::ParamType>& info) {
-  return "W" + std::to_string(std::get<0>(info.param)) + "_" + c10::toString(std::get<1>(info.param));
+  std::string name = "W";
+  name += std::to_string(std::get<0>(info.param));
+  name += '_';
+  name += c10::toString(std::get<1>(info.param));
+  return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, GlooCollectives,

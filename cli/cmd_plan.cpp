@@ -1,0 +1,226 @@
+// `mfsdp plan`: owner placement, per-rank memory and work, and the four-placement comparison for a
+// preset or a JSON spec, without allocating a single weight.
+#include "cli/commands.h"
+#include "core/errors.h"
+#include "core/memory_model.h"
+#include "core/planner.h"
+#include "core/presets.h"
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace mfsdp::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model;
+  int world_size = 0;
+  std::string planner = "balanced";
+  std::string tail_policy = "even";
+  std::string optimizer = "muon";
+  std::string dtype;  // empty: the preset's own (bf16 for the large presets), or the spec's
+  std::string assign_file;
+  std::vector<std::string> place;
+  int prefetch = 1;
+  bool json = false;
+  bool recommend = false;
+  double bound = 1.10;
+  int max_world_size = 4096;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError("plan: cannot read '" + path + "' (not a preset name and not a readable file)");
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
+ModelSpec load_model(const PlanArgs& a) {
+  if (is_preset(a.model)) {
+    return preset(a.model, a.dtype.empty() ? preset_config(a.model).dtype : dtype_from_string(a.dtype));
+  }
+  if (a.model.find('/') == std::string::npos && a.model.find(".json") == std::string::npos) {
+    preset_config(a.model);  // throws: unknown preset, listing the known ones
+  }
+  ModelSpec spec = model_spec_from_json(read_file(a.model), a.model);
+  if (!a.dtype.empty()) {
+    for (auto& p : spec.params) p.dtype = dtype_from_string(a.dtype);
+  }
+  return spec;
+}
+
+PlannerOptions planner_options(const PlanArgs& a) {
+  PlannerOptions o;
+  o.planner = planner_kind_from_string(a.planner);
+  o.tail_policy = tail_policy_from_string(a.tail_policy);
+  o.optimizer = optimizer_kind_from_string(a.optimizer);
+  for (const std::string& rule : a.place) {
+    auto eq = rule.rfind('=');
+    TORCH_CHECK(eq != std::string::npos && eq > 0, "plan: --place '", rule, "' is not PATTERN=ROLE");
+    const std::string role = rule.substr(eq + 1);
+    TORCH_CHECK(role == "owned_matrix" || role == "even_shard", "plan: --place role '", role,
+                "' (expected owned_matrix or even_shard)");
+    Role r = role == "owned_matrix" ? Role::owned_matrix : Role::even_shard;
+    o.rules.push_back({rule.substr(0, eq), r});
+  }
+  if (o.planner == PlannerKind::explicit_assignment) {
+    TORCH_CHECK(!a.assign_file.empty(), "plan: --planner explicit needs --assign FILE.json ({\"name\": rank, ...})");
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(a.assign_file));
+    } catch (const nlohmann::json::parse_error& e) {
+      TORCH_CHECK(false, "plan: --assign ", a.assign_file, ": malformed JSON: ", e.what());
+    }
+    TORCH_CHECK(j.is_object(), "plan: --assign ", a.assign_file, ": expected an object {\"name\": rank}");
+    for (auto& [name, rank] : j.items()) {
+      TORCH_CHECK(rank.is_number_integer(), "plan: --assign ", a.assign_file, ": '", name, "' maps to ", rank.dump(),
+                  ", not a rank");
+      o.explicit_owners[name] = rank.get<int>();
+    }
+  }
+  return o;
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", bytes / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
+// W values the recommendation sweeps: powers of two and three times powers of two.
+std::vector<int> sweep_sizes(int max_w) {
+  std::vector<int> ws;
+  for (int p = 1; p <= max_w; p *= 2) {
+    ws.push_back(p);
+    if (3 * p / 2 > p && 3 * p / 2 <= max_w && p >= 2) ws.push_back(3 * p / 2);
+  }
+  std::sort(ws.begin(), ws.end());
+  ws.erase(std::unique(ws.begin(), ws.end()), ws.end());
+  return ws;
+}
+
+int run_plan(const PlanArgs& a) {
+  ModelSpec spec;
+  PlannerOptions options;
+  std::optional<OwnershipPlan> plan;
+  MemoryModelOptions mem;
+  double plan_seconds = 0;
+  try {
+    if (a.world_size <= 0) throw UsageError("plan: --world-size must be a positive integer, got " + std::to_string(a.world_size));
+    spec = load_model(a);
+    options = planner_options(a);
+    mem.optimizer = options.optimizer;
+    mem.cost = options.cost;
+    mem.prefetch = a.prefetch;
+    auto t0 = std::chrono::steady_clock::now();
+    plan.emplace(make_plan(spec, a.world_size, options));
+    plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } catch (const c10::Error& e) {
+    throw UsageError(e.what_without_backtrace());
+  }
+  const PlanUsage usage = plan_usage(*plan, mem);
+  int owned = 0;
+  for (const auto& s : plan->shards()) owned += s.role == Role::owned_matrix;
+
+  nlohmann::ordered_json recommend;
+  if (a.recommend) {
+    PlannerOptions balanced = options;
+    if (balanced.planner == PlannerKind::explicit_assignment) balanced.planner = PlannerKind::balanced;
+    auto rows = nlohmann::ordered_json::array();
+    int best = 1;
+    for (int w : sweep_sizes(std::min(a.max_world_size, std::max(1, 4 * owned)))) {
+      PlanUsage u = plan_usage(make_plan(spec, w, balanced), mem);
+      bool ok = u.bytes_imbalance <= a.bound && u.cost_imbalance <= a.bound;
+      if (ok) best = std::max(best, w);
+      rows.push_back({{"world_size", w}, {"bytes_imbalance", u.bytes_imbalance},
+                      {"cost_imbalance", u.cost_imbalance}, {"within_bound", ok}});
+    }
+    recommend = {{"planner", to_string(balanced.planner)}, {"bound", a.bound},
+                 {"largest_world_size", best}, {"sweep", rows}};
+  }
+
+  if (a.json) {
+    nlohmann::ordered_json j;
+    j["model"] = spec.name;
+    j["world_size"] = a.world_size;
+    j["planner"] = to_string(options.planner);
+    j["tail_policy"] = to_string(options.tail_policy);
+    j["optimizer"] = to_string(options.optimizer);
+    j["plan_hash"] = plan->hash_hex();
+    j["params"] = spec.numel();
+    j["owned_matrices"] = owned;
+    j["units"] = plan->units().size();
+    j["plan_seconds"] = plan_seconds;
+    j["usage"] = to_json(usage);
+    if (a.recommend) j["recommend"] = recommend;
+    std::cout << j.dump(2) << "\n";
+    return kExitOk;
+  }
+
+  std::printf("plan: model %s, %.3f B parameters, %d owned matrices in %zu units\n", spec.name.c_str(),
+              spec.numel() / 1e9, owned, plan->units().size());
+  std::printf("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n\n",
+              a.world_size, to_string(options.planner), to_string(options.tail_policy), to_string(options.optimizer),
+              a.prefetch, plan->hash_hex().c_str(), plan_seconds);
+  std::printf("%5s %8s %5s %10s %10s %10s %11s %14s %13s %10s\n", "rank", "matrices", "tails", "params GiB",
+              "grads GiB", "state GiB", "resident GiB", "opt GFLOP/step", "unshard GiB", "peak GiB");
+  for (const RankUsage& r : usage.ranks) {
+    std::printf("%5d %8d %5d %10s %10s %10s %11s %14.1f %13s %10s\n", r.rank, r.owned_matrices, r.owned_tails,
+                gib(r.param_bytes).c_str(), gib(r.grad_bytes).c_str(), gib(r.state_bytes).c_str(),
+                gib(r.resident_bytes).c_str(), 2 * r.optimizer_cost / 1e9, gib(r.unshard_recv_bytes).c_str(),
+                gib(r.peak_bytes).c_str());
+  }
+  std::printf("\nimbalance (max/mean): resident bytes %.4f, optimizer cost %.4f\n\n", usage.bytes_imbalance,
+              usage.cost_imbalance);
+  std::printf("memory per rank by placement (GiB)      max resident   mean resident   max peak\n");
+  const char* what[] = {"owner  (this plan: owned matrices whole)", "zero3  (FSDP2 even shards, reconstruct) ",
+                        "zero1  (full params, state on owners)  ", "ddp    (everything everywhere)         "};
+  for (size_t i = 0; i < usage.placements.size(); ++i) {
+    const auto& p = usage.placements[i];
+    std::printf("  %s %12s %15s %10s\n", what[i], gib(p.max_resident_bytes).c_str(),
+                gib(p.mean_resident_bytes).c_str(), gib(p.max_peak_bytes).c_str());
+  }
+  if (a.recommend) {
+    std::printf("\nrecommendation (balanced planner, bound %.2f on both imbalances):\n", a.bound);
+    std::printf("%8s %10s %10s\n", "W", "bytes", "cost");
+    for (const auto& row : recommend["sweep"]) {
+      std::printf("%8d %10.4f %10.4f %s\n", row["world_size"].get<int>(), row["bytes_imbalance"].get<double>(),
+                  row["cost_imbalance"].get<double>(), row["within_bound"].get<bool>() ? "" : "  over bound");
+    }
+    std::printf("largest shard group within bound: W = %d. Past it there are too few matrices per rank for\n"
+                "whole-matrix owners to balance; combine owner sharding inside groups of that size with\n"
+                "replication (HSDP) across groups.\n", recommend["largest_world_size"].get<int>());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Action& run) {
+  auto* cmd = app.add_subcommand("plan", "Plan owner placement for a model preset or JSON spec (shapes only)");
+  auto a = std::make_shared<PlanArgs>();
+  std::string presets;
+  for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  cmd->add_option("--model", a->model, "Preset (" + presets + "; 8b, 32b, 70b) or spec.json")->required();
+  cmd->add_option("-w,--world-size", a->world_size, "Ranks in the shard group")->required();
+  cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced | explicit");
+  cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
+  cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer)");
+  cmd->add_option("--dtype", a->dtype, "bf16 | fp32 (| fp16 | fp64): override the parameters' dtype");
+  cmd->add_option("--assign", a->assign_file, "With --planner explicit: JSON {\"param\": rank, \"<unit>/tail\": rank}");
+  cmd->add_option("--place", a->place, "PATTERN=owned_matrix|even_shard: override the default placement (glob)");
+  cmd->add_option("--prefetch", a->prefetch, "Units gathered at once, for the transient memory")->check(CLI::Range(1, 16));
+  cmd->add_flag("--json", a->json, "Print one JSON object (fields in README)");
+  cmd->add_flag("--recommend", a->recommend, "Sweep W and report the largest shard group that still balances");
+  cmd->add_option("--bound", a->bound, "Imbalance bound for --recommend")->check(CLI::Range(1.0, 100.0));
+  cmd->callback([&run, a] { run = [a] { return run_plan(*a); }; });
+}
+
+}  // namespace mfsdp::cli
