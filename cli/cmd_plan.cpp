@@ -134,11 +134,15 @@ int run_plan(const PlanArgs& a) {
     PlannerOptions balanced = options;
     if (balanced.planner == PlannerKind::explicit_assignment) balanced.planner = PlannerKind::balanced;
     auto rows = nlohmann::ordered_json::array();
-    int best = 1;
+    // The answer is the largest W up to which every swept size balances: past the first size that
+    // does not, a larger one may balance again by arithmetic accident, but is not a safe choice.
+    int best = 0;
+    bool broken = false;
     for (int w : sweep_sizes(std::min(a.max_world_size, std::max(1, 4 * owned)))) {
       PlanUsage u = plan_usage(make_plan(spec, w, balanced), mem);
       bool ok = u.bytes_imbalance <= a.bound && u.cost_imbalance <= a.bound;
-      if (ok) best = std::max(best, w);
+      broken = broken || !ok;
+      if (!broken) best = w;
       rows.push_back({{"world_size", w}, {"bytes_imbalance", u.bytes_imbalance},
                       {"cost_imbalance", u.cost_imbalance}, {"within_bound", ok}});
     }
@@ -164,8 +168,8 @@ int run_plan(const PlanArgs& a) {
     return kExitOk;
   }
 
-  std::printf("plan: model %s, %.3f B parameters, %d owned matrices in %zu units\n", spec.name.c_str(),
-              spec.numel() / 1e9, owned, plan->units().size());
+  std::printf("plan: model %s, %lld parameters (%.3f B), %d owned matrices in %zu units\n", spec.name.c_str(),
+              static_cast<long long>(spec.numel()), spec.numel() / 1e9, owned, plan->units().size());
   std::printf("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n\n",
               a.world_size, to_string(options.planner), to_string(options.tail_policy), to_string(options.optimizer),
               a.prefetch, plan->hash_hex().c_str(), plan_seconds);
@@ -194,9 +198,10 @@ int run_plan(const PlanArgs& a) {
       std::printf("%8d %10.4f %10.4f %s\n", row["world_size"].get<int>(), row["bytes_imbalance"].get<double>(),
                   row["cost_imbalance"].get<double>(), row["within_bound"].get<bool>() ? "" : "  over bound");
     }
-    std::printf("largest shard group within bound: W = %d. Past it there are too few matrices per rank for\n"
-                "whole-matrix owners to balance; combine owner sharding inside groups of that size with\n"
-                "replication (HSDP) across groups.\n", recommend["largest_world_size"].get<int>());
+    std::printf("largest shard group within bound (every smaller swept W too): W = %d.\n"
+                "Past it there are too few matrices per rank for whole-matrix owners to balance: combine owner\n"
+                "sharding inside groups of that size with replication (HSDP) across groups.\n",
+                recommend["largest_world_size"].get<int>());
   }
   return kExitOk;
 }

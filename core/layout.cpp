@@ -136,9 +136,13 @@ void OwnershipPlan::validate() const {
     TORCH_CHECK(u.tail_owner >= -1 && u.tail_owner < W, "plan: unit '", u.name, "': tail owner ", u.tail_owner,
                 " outside [0, ", W, ")");
   }
-  // Per (unit, rank): the [begin, end) element ranges of slices, to check disjointness.
-  std::vector<std::vector<std::vector<std::pair<int64_t, int64_t>>>> used(
-      units_.size(), std::vector<std::vector<std::pair<int64_t, int64_t>>>(W));
+  // Per (unit, rank): the [begin, end) element ranges of slices and their shard, to check disjointness.
+  struct Range {
+    int64_t begin, end;
+    size_t shard;
+    bool operator<(const Range& o) const { return begin < o.begin || (begin == o.begin && end < o.end); }
+  };
+  std::vector<std::vector<std::vector<Range>>> used(units_.size(), std::vector<std::vector<Range>>(W));
   std::vector<int> in_unit(shards_.size(), 0);
   for (const auto& u : units_) {
     for (int si : u.shards) {
@@ -188,7 +192,7 @@ void OwnershipPlan::validate() const {
                   kAlignBytes, " bytes");
       TORCH_CHECK(begin >= seg.offset && end <= seg.offset + seg.numel, who, ": slice on rank ", sl.rank, " [", begin,
                   ", ", end, ") lies outside that rank's segment [", seg.offset, ", ", seg.offset + seg.numel, ")");
-      if (end > begin) used[s.unit][sl.rank].push_back({begin, end});
+      if (end > begin) used[s.unit][sl.rank].push_back({begin, end, i});
     }
   }
   for (size_t ui = 0; ui < units_.size(); ++ui) {
@@ -196,8 +200,9 @@ void OwnershipPlan::validate() const {
       auto& ranges = used[ui][r];
       std::sort(ranges.begin(), ranges.end());
       for (size_t k = 1; k < ranges.size(); ++k) {
-        TORCH_CHECK(ranges[k].first >= ranges[k - 1].second, "plan: unit '", units_[ui].name, "', rank ", r,
-                    ": two slices overlap at elements [", ranges[k].first, ", ", ranges[k - 1].second, ")");
+        TORCH_CHECK(ranges[k].begin >= ranges[k - 1].end, "plan: unit '", units_[ui].name, "', rank ", r,
+                    ": parameters '", shards_[ranges[k - 1].shard].name, "' and '", shards_[ranges[k].shard].name,
+                    "' overlap at elements [", ranges[k].begin, ", ", ranges[k - 1].end, ")");
       }
     }
   }
