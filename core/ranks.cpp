@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -42,11 +43,25 @@ void run_rank(RankContext& ctx, const RanksOptions& options,
 
 }  // namespace
 
+// c10d's FlightRecorder is one process-wide singleton, and in libtorch 2.11 its
+// recordWithResetEnabled() writes its all_pg_status_ map before taking its mutex: several process
+// groups in one process (ranks as threads) issuing collectives at once corrupt that map and crash.
+// The recorder reads TORCH_FR_BUFFER_SIZE once, when first used; 0 disables it. Called before the
+// first thread-rank group is created (see docs/gloo-notes.md).
+void disable_flight_recorder_for_thread_ranks() {
+  static const bool once = [] {
+    setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/1);
+    return true;
+  }();
+  (void)once;
+}
+
 RankError::RankError(std::vector<Failure> failures)
     : std::runtime_error(describe(failures)), failures_(std::move(failures)) {}
 
 void run_ranks_as_threads(const RanksOptions& options, const RankFn& fn) {
   TORCH_CHECK(options.world_size >= 1, "ranks: world size must be >= 1, got ", options.world_size);
+  disable_flight_recorder_for_thread_ranks();
   auto store = make_hash_store(options.timeout);
   std::mutex mutex;
   std::vector<RankError::Failure> failures;  // in the order they happened

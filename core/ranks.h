@@ -58,6 +58,11 @@ using RankFn = std::function<void(RankContext&)>;
 // has returned; throws RankError if any rank threw.
 void run_ranks_as_threads(const RanksOptions& options, const RankFn& fn);
 
+// Disables c10d's process-wide FlightRecorder, whose record path races when several process groups
+// of one process issue collectives concurrently (libtorch 2.11). run_ranks_as_threads calls it;
+// call it yourself before creating thread-rank groups any other way.
+void disable_flight_recorder_for_thread_ranks();
+
 // Joins the group described by the launch environment (see dist_env.h) as one rank of a
 // multi-process job, then runs `fn`. Errors name this rank.
 struct LaunchEnv;
