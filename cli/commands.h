@@ -6,6 +6,8 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace mfsdp::cli {
 
@@ -16,6 +18,10 @@ void add_env_command(CLI::App& app, Action& run);
 void add_selfcheck_command(CLI::App& app, Action& run);
 void add_launch_command(CLI::App& app, Action& run);
 void add_plan_command(CLI::App& app, Action& run);
+void add_train_command(CLI::App& app, Action& run);
+
+// The process's command line (argv[0] first), for relaunching it per rank.
+const std::vector<std::string>& raw_args();
 
 // Bad input found after parsing (unknown preset, malformed spec, ...): exit code 2.
 struct UsageError : std::runtime_error {

@@ -7,6 +7,13 @@
 #include <cstdio>
 #include <iostream>
 
+namespace mfsdp::cli {
+namespace {
+std::vector<std::string> g_raw_args;
+}
+const std::vector<std::string>& raw_args() { return g_raw_args; }
+}  // namespace mfsdp::cli
+
 namespace {
 
 // The main job on its embedded default: the environment and a 4-rank Gloo self-check, as
@@ -24,6 +31,7 @@ int default_job() {
 int main(int argc, char** argv) {
   using namespace mfsdp::cli;
   mfsdp::quiet_c10_logs();
+  for (int i = 0; i < argc; ++i) mfsdp::cli::g_raw_args.emplace_back(argv[i]);
   CLI::App app{
       "MatrixFSDP: owner-shaped ZeRO-3 for matrix optimizers.\n"
       "Without a subcommand: print the environment and run a 4-rank Gloo self-check."};
@@ -34,6 +42,7 @@ int main(int argc, char** argv) {
   add_selfcheck_command(app, run);
   add_launch_command(app, run);
   add_plan_command(app, run);
+  add_train_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

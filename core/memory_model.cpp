@@ -59,13 +59,19 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
   for (const UnitLayout& u : plan.units()) {
     const int64_t e = elem(u.dtype);
     largest_unit = std::max(largest_unit, u.numel * e);
+    // The gathered buffer also holds a full copy of each even-sharded parameter (copy-out).
+    int64_t even_full = 0;
+    for (int si : u.shards) {
+      const MatrixShard& s = plan.shards()[si];
+      if (!s.owned()) even_full += (s.numel() + align_elements(u.dtype) - 1) / align_elements(u.dtype) * align_elements(u.dtype);
+    }
     for (int r = 0; r < W; ++r) {
       RankUsage& ru = usage.ranks[r];
       const int64_t mine = u.segments[r].numel * e;
       ru.param_bytes += mine;
       ru.grad_bytes += mine;
       ru.unshard_recv_bytes += u.numel * e - mine;
-      ru.transient_bytes = std::max(ru.transient_bytes, o.prefetch * (u.numel * e - mine));
+      ru.transient_bytes = std::max(ru.transient_bytes, o.prefetch * (u.numel * e - mine + even_full * e));
     }
   }
   for (RankUsage& ru : usage.ranks) {

@@ -31,7 +31,7 @@ struct RankUsage {
   int64_t resident_bytes = 0;      // params + grads + state: what stays between steps
   double optimizer_cost = 0;       // multiply-adds per step (see optimizer_cost.h)
   int64_t unshard_recv_bytes = 0;  // bytes received to unshard every unit once (one forward)
-  int64_t transient_bytes = 0;     // prefetch x largest (unit - own segment): gathered buffers
+  int64_t transient_bytes = 0;     // prefetch x largest gathered buffer: (unit - own segment) + full copies of its even parameters
   int64_t peak_bytes = 0;          // resident + transient
 };
 

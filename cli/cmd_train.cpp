@@ -1,0 +1,227 @@
+// `mfsdp train`: an owner-shaped training run on the embedded default data, with per-step loss,
+// time breakdown, bytes per phase and resident memory; JSON-lines metrics for machines.
+#include "cli/commands.h"
+#include "core/dist_env.h"
+#include "core/errors.h"
+#include "core/launcher.h"
+#include "core/memory_model.h"
+#include "core/trainer.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace mfsdp::cli {
+namespace {
+
+struct TrainArgs {
+  int world_size = 2;
+  std::string launcher = "threads";
+  std::string placement = "owner";
+  std::string planner = "balanced";
+  std::string tail_policy = "even";
+  std::string optimizer = "muon";
+  int steps = 20;
+  int64_t batch = 4;
+  int64_t seq = 32;
+  double lr = -1;  // default: the optimizer's
+  double weight_decay = -1;
+  bool deterministic = true;
+  bool fast = false;
+  std::string metrics;
+  std::string data;
+  uint64_t seed = 0;
+  int timeout_s = 60;
+  std::string on_non_finite = "fail";
+  int layers = 2, hidden = 64, heads = 4, intermediate = 128;
+  std::vector<int> kill_at;  // hidden: RANK STEP
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int i = 0;
+  while (b >= 1024 && i < 3) b /= 1024, ++i;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), i == 0 ? "%.0f %s" : "%.2f %s", b, units[i]);
+  return buf;
+}
+
+TrainConfig make_config(const TrainArgs& a) {
+  TrainConfig c;
+  c.model.name = "tiny";
+  c.model.vocab = 256;
+  c.model.layers = a.layers;
+  c.model.hidden = a.hidden;
+  c.model.heads = a.heads;
+  c.model.kv_heads = a.heads;
+  c.model.intermediate = a.intermediate;
+  c.model.dtype = c10::kFloat;
+  c.planner.planner = planner_kind_from_string(a.planner);
+  TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "train: --planner explicit is for mfsdp plan and tests");
+  c.planner.tail_policy = tail_policy_from_string(a.tail_policy);
+  c.planner.optimizer = optimizer_kind_from_string(a.optimizer);
+  c.runtime.optimizer = c.planner.optimizer;
+  c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
+  c.runtime.non_finite = a.on_non_finite == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::fail;
+  if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = a.lr;
+  else c.runtime.muon.lr = 0.02, c.runtime.adamw.lr = 3e-3;
+  if (a.weight_decay >= 0) c.runtime.muon.weight_decay = c.runtime.adamw.weight_decay = a.weight_decay;
+  c.steps = a.steps;
+  c.batch = a.batch;
+  c.seq = a.seq;
+  c.seed = a.seed;
+  c.data = a.data;
+  if (a.kill_at.size() == 2) c.kill_rank_at_step = std::make_pair(a.kill_at[0], a.kill_at[1]);
+  return c;
+}
+
+// The body every rank runs; rank 0 reports.
+void train_rank(RankContext& ctx, const TrainArgs& a, const TrainConfig& config) {
+  std::ofstream metrics;
+  std::string tmp_metrics;
+  if (ctx.rank == 0 && !a.metrics.empty()) {
+    tmp_metrics = a.metrics + ".tmp";
+    metrics.open(tmp_metrics, std::ios::trunc);
+    TORCH_CHECK(metrics, "train: cannot write metrics file '", tmp_metrics, "'");
+  }
+  if (ctx.rank == 0) {
+    std::printf("train: owner-shaped ZeRO-3, %d rank(s), planner %s, tail %s, optimizer %s, %s reduction, "
+                "%d steps of %lld x %lld tokens per rank\n",
+                ctx.world_size, a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(),
+                a.fast ? "fast" : "deterministic", a.steps, static_cast<long long>(a.batch),
+                static_cast<long long>(a.seq));
+    std::fflush(stdout);
+  }
+  auto report = [&](const StepMetrics& m) {
+    if (ctx.rank != 0) return;
+    const int width = 20, done = static_cast<int>(static_cast<double>(m.step) / a.steps * width);
+    std::string bar = std::string(done, '#') + std::string(width - done, '.');
+    std::printf("[%s] step %3d/%d  loss %.4f  fwd %6.1f ms  bwd %6.1f ms  opt %6.1f ms  | unshard %s  reduce %s  "
+                "step %s (%lld calls)  | resident %s  peak gathered %s%s\n",
+                bar.c_str(), m.step, a.steps, m.loss, 1e3 * m.forward_s, 1e3 * m.backward_s, 1e3 * m.optimizer_s,
+                human_bytes(m.bytes[0].bytes_recv).c_str(), human_bytes(m.bytes[1].bytes_sent).c_str(),
+                human_bytes(m.bytes[2].bytes_sent + m.bytes[2].bytes_recv).c_str(),
+                static_cast<long long>(m.bytes[2].calls), human_bytes(m.resident_bytes).c_str(),
+                human_bytes(m.peak_gathered_bytes).c_str(),
+                m.skipped ? ("  SKIPPED: non-finite gradient in " + m.non_finite_parameter).c_str() : "");
+    std::fflush(stdout);
+    if (metrics.is_open()) {
+      nlohmann::ordered_json j{{"step", m.step}, {"loss", m.loss}, {"forward_ms", 1e3 * m.forward_s},
+                               {"backward_ms", 1e3 * m.backward_s}, {"optimizer_ms", 1e3 * m.optimizer_s},
+                               {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
+                               {"skipped", m.skipped}};
+      for (int p = 0; p < kNumPhases; ++p) {
+        j["phases"][to_string(static_cast<Phase>(p))] = {
+            {"calls", m.bytes[p].calls}, {"bytes_sent", m.bytes[p].bytes_sent}, {"bytes_recv", m.bytes[p].bytes_recv}};
+      }
+      metrics << j.dump() << "\n" << std::flush;
+    }
+  };
+  TrainResult result = train_owner(ctx, config, report);
+
+  // Per-rank summary: bytes per phase over the last step and resident memory, gathered to rank 0.
+  const StepMetrics last = result.steps.empty() ? StepMetrics{} : result.steps.back();
+  std::vector<int64_t> row{last.bytes[0].bytes_recv, last.bytes[0].bytes_sent, last.bytes[1].bytes_sent,
+                           last.bytes[1].bytes_recv, last.bytes[2].calls, last.bytes[2].bytes_sent + last.bytes[2].bytes_recv,
+                           last.resident_bytes, last.peak_gathered_bytes};
+  const int64_t n = static_cast<int64_t>(row.size());
+  at::Tensor mine = at::tensor(row, at::TensorOptions().dtype(at::kLong));
+  at::Tensor all = at::empty({ctx.world_size * n}, at::TensorOptions().dtype(at::kLong));
+  ctx.backend->_allgather_base(all, mine)->wait();
+  if (ctx.rank != 0) return;
+  std::printf("\nper rank, last step:  unshard recv / sent | grad reduce sent / recv | optimizer step calls, bytes | "
+              "resident | peak gathered\n");
+  nlohmann::ordered_json ranks = nlohmann::ordered_json::array();
+  for (int r = 0; r < ctx.world_size; ++r) {
+    const int64_t* v = all.const_data_ptr<int64_t>() + r * n;
+    std::printf("  rank %2d   %10s / %-10s | %10s / %-10s | %lld, %s | %s | %s\n", r, human_bytes(v[0]).c_str(),
+                human_bytes(v[1]).c_str(), human_bytes(v[2]).c_str(), human_bytes(v[3]).c_str(),
+                static_cast<long long>(v[4]), human_bytes(v[5]).c_str(), human_bytes(v[6]).c_str(),
+                human_bytes(v[7]).c_str());
+    ranks.push_back({{"rank", r}, {"unshard_recv_bytes", v[0]}, {"unshard_sent_bytes", v[1]},
+                     {"grad_reduce_sent_bytes", v[2]}, {"grad_reduce_recv_bytes", v[3]},
+                     {"optimizer_step_calls", v[4]}, {"optimizer_step_bytes", v[5]}, {"resident_bytes", v[6]},
+                     {"peak_gathered_bytes", v[7]}});
+  }
+  if (!result.steps.empty()) {
+    std::printf("loss %.4f -> %.4f over %d steps; plan hash %016llx\n", result.steps.front().loss,
+                result.steps.back().loss, a.steps, static_cast<unsigned long long>(result.plan_hash));
+  }
+  if (metrics.is_open()) {
+    metrics << nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"ranks", ranks}}.dump() << "\n";
+    metrics.close();
+    std::filesystem::rename(tmp_metrics, a.metrics);  // complete or absent, never half-written
+    std::printf("metrics: %s\n", a.metrics.c_str());
+  }
+}
+
+int run_train(const TrainArgs& a) {
+  TrainConfig config;
+  try {
+    TORCH_CHECK(a.placement == "owner", "train: --placement ", a.placement,
+                " is not available yet (owner; the baselines come with the oracle)");
+    config = make_config(a);
+  } catch (const c10::Error& e) {
+    throw UsageError(e.what_without_backtrace());
+  }
+  RanksOptions ranks;
+  ranks.world_size = a.world_size;
+  ranks.timeout = std::chrono::seconds(a.timeout_s);
+  ranks.determinism = a.fast ? Determinism::fast : Determinism::deterministic;
+  ranks.seed = a.seed;
+  auto body = [&](RankContext& ctx) { train_rank(ctx, a, config); };
+  if (auto env = read_launch_env()) {
+    run_as_launched_rank(*env, ranks, body);
+    return kExitOk;
+  }
+  if (a.launcher == "processes") {
+    LaunchOptions launch;
+    launch.world_size = a.world_size;
+    launch.grace = std::chrono::seconds(a.timeout_s);
+    launch.command = {self_executable()};
+    // Re-run this very command line in each child, minus the launcher choice.
+    for (size_t i = 1; i < raw_args().size(); ++i) launch.command.push_back(raw_args()[i]);
+    return launch_processes(launch);
+  }
+  run_ranks_as_threads(ranks, body);
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, Action& run) {
+  auto* cmd = app.add_subcommand("train", "Owner-shaped ZeRO-3 training of the tiny transformer on the embedded corpus");
+  auto a = std::make_shared<TrainArgs>();
+  cmd->add_option("-w,--world-size", a->world_size, "Ranks")->check(CLI::Range(1, 64));
+  cmd->add_option("--launcher", a->launcher, "threads | processes")->check(CLI::IsMember({"threads", "processes"}));
+  cmd->add_option("--placement", a->placement, "owner (baselines: with the oracle issue)");
+  cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
+  cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
+  cmd->add_option("--optimizer", a->optimizer, "muon | adamw (matrix optimizer; the rest uses AdamW)");
+  cmd->add_option("--steps", a->steps, "Training steps")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--batch", a->batch, "Sequences per rank per step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
+  cmd->add_option("--lr", a->lr, "Learning rate (default: 0.02 for Muon, 3e-3 for AdamW)");
+  cmd->add_option("--weight-decay", a->weight_decay, "Weight decay (default: the optimizer's)");
+  auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
+  cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);
+  cmd->add_option("--metrics", a->metrics, "Write JSON lines (one per step, then a summary) to this file");
+  cmd->add_option("--data", a->data, std::string("Training text (default: ") + kDefaultCorpus + ")");
+  cmd->add_option("--seed", a->seed, "Seed of weights and batches");
+  cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective or a lost rank fails the run")->check(CLI::Range(1, 3600));
+  cmd->add_option("--on-non-finite", a->on_non_finite, "fail | skip")->check(CLI::IsMember({"fail", "skip"}));
+  cmd->add_option("--layers", a->layers, "Transformer blocks")->check(CLI::Range(1, 64));
+  cmd->add_option("--hidden", a->hidden, "Hidden size")->check(CLI::Range(8, 4096));
+  cmd->add_option("--heads", a->heads, "Attention heads")->check(CLI::Range(1, 64));
+  cmd->add_option("--intermediate", a->intermediate, "MLP size")->check(CLI::Range(8, 16384));
+  cmd->add_option("--fault-kill", a->kill_at, "RANK STEP: that rank kills itself mid-step (fault tests)")
+      ->expected(2)->group("");
+  cmd->callback([&run, a] { run = [a] { return run_train(*a); }; });
+}
+
+}  // namespace mfsdp::cli

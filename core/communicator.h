@@ -1,0 +1,84 @@
+// The one door every collective of the runtime goes through. It counts calls and bytes per rank
+// per phase: those counters are the proof that the optimizer step communicates nothing.
+//
+// Bytes are logical point-to-point payload: a broadcast of n bytes counts n*(W-1) sent on the
+// root and n received on every other rank; a reduce counts n sent on every non-root and n*(W-1)
+// received on the root; an all-to-all counts its off-diagonal splits; an all-gather of n bytes per
+// rank counts n*(W-1) each way; an all-reduce of n bytes counts n*(W-1) each way. A rank never
+// counts what it keeps for itself.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other };
+constexpr int kNumPhases = 5;
+const char* to_string(Phase phase);
+
+struct PhaseCounters {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  int64_t bytes_recv = 0;
+};
+
+class Communicator {
+ public:
+  explicit Communicator(c10::intrusive_ptr<c10d::Backend> backend);
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  c10d::Backend& backend() { return *backend_; }
+
+  Phase phase() const { return phase_; }
+  void set_phase(Phase phase) { phase_ = phase; }
+
+  // Collectives (asynchronous: wait on the returned work). Tensors must be contiguous, which is
+  // checked: Gloo reads raw pointers.
+  c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& tensor, int root);
+  c10::intrusive_ptr<c10d::Work> reduce_sum(at::Tensor& tensor, int root);
+  c10::intrusive_ptr<c10d::Work> allreduce_sum(at::Tensor& tensor);
+  c10::intrusive_ptr<c10d::Work> allgather(at::Tensor& output, at::Tensor& input);
+  // Splits count elements of dim 0 (the tensors are 1-D in the runtime).
+  c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& output, at::Tensor& input, std::vector<int64_t> output_splits,
+                                          std::vector<int64_t> input_splits);
+  void barrier();
+
+  // Every rank must hold the same plan: compares hashes with one all-gather and throws on every
+  // rank, naming the ranks that differ, instead of letting mismatched collectives hang.
+  void check_same_plan(uint64_t plan_hash);
+
+  const PhaseCounters& counters(Phase phase) const { return counters_[static_cast<int>(phase)]; }
+  PhaseCounters total() const;
+  void reset_counters() { counters_ = {}; }
+
+ private:
+  PhaseCounters& current() { return counters_[static_cast<int>(phase_)]; }
+  void require_contiguous(const at::Tensor& t, const char* what) const;
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  int rank_;
+  int world_size_;
+  Phase phase_ = Phase::other;
+  std::array<PhaseCounters, kNumPhases> counters_{};
+};
+
+// Sets the communicator's phase for a scope and restores the previous one.
+class PhaseScope {
+ public:
+  PhaseScope(Communicator& comm, Phase phase) : comm_(comm), previous_(comm.phase()) { comm.set_phase(phase); }
+  ~PhaseScope() { comm_.set_phase(previous_); }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  Communicator& comm_;
+  Phase previous_;
+};
+
+}  // namespace mfsdp

@@ -1,0 +1,235 @@
+#include "core/runtime.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+
+namespace mfsdp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+OwnerRuntime* runtime_of(AutogradContext* ctx) {
+  return reinterpret_cast<OwnerRuntime*>(ctx->saved_data["runtime"].toInt());
+}
+
+// Forward: the unit's full parameters (the unit is already unsharded). Backward: every
+// parameter's gradient exists, so the unit's reduction to owners starts here.
+struct UnitGather : public torch::autograd::Function<UnitGather> {
+  static variable_list forward(AutogradContext* ctx, at::Tensor anchor, int64_t runtime, int64_t unit) {
+    ctx->saved_data["runtime"] = runtime;
+    ctx->saved_data["unit"] = unit;
+    return reinterpret_cast<OwnerRuntime*>(runtime)->unit(static_cast<int>(unit)).full_views();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    OwnerRuntime* rt = runtime_of(ctx);
+    rt->queue_final_callback();
+    rt->reduce_unit(static_cast<int>(ctx->saved_data["unit"].toInt()), grads);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Identity on a unit's output; in backward it revives the unit before the unit's own backward.
+struct PreBackward : public torch::autograd::Function<PreBackward> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t runtime, int64_t unit) {
+    ctx->saved_data["runtime"] = runtime;
+    ctx->saved_data["unit"] = unit;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    OwnerRuntime* rt = runtime_of(ctx);
+    rt->queue_final_callback();
+    rt->revive_unit(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options,
+                           const ParamMap& full_init)
+    : plan_(plan), comm_(comm), options_(std::move(options)) {
+  // Bad input first, before any collective: names, shapes and dtypes must match the plan.
+  for (const MatrixShard& s : plan_.shards()) {
+    auto it = full_init.find(s.name);
+    TORCH_CHECK(it != full_init.end(), "runtime: rank ", comm_.rank(), ": the plan's parameter '", s.name,
+                "' has no initial value");
+    TORCH_CHECK(it->second.sizes() == at::IntArrayRef(s.shape) && it->second.scalar_type() == s.dtype, "runtime: rank ",
+                comm_.rank(), ": initial value of '", s.name, "' is ", it->second.sizes(), " ", it->second.scalar_type(),
+                " but the plan has ", at::IntArrayRef(s.shape), " ", c10::toString(s.dtype));
+  }
+  TORCH_CHECK(full_init.size() == plan_.shards().size(), "runtime: rank ", comm_.rank(), ": ", full_init.size(),
+              " initial parameters for a plan of ", plan_.shards().size(), " (a parameter in no unit?)");
+  {
+    PhaseScope phase(comm_, Phase::other);
+    comm_.check_same_plan(plan_.hash());
+  }
+  for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u) {
+    units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device));
+    anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
+  }
+  optimizers_.resize(plan_.shards().size());
+  for (size_t i = 0; i < plan_.shards().size(); ++i) {
+    const MatrixShard& s = plan_.shards()[i];
+    Unit& unit = *units_[s.unit];
+    at::Tensor local = unit.local_param(static_cast<int>(i));
+    if (!local.defined()) continue;
+    const ShardSlice* mine = nullptr;
+    for (const auto& sl : s.slices)
+      if (sl.rank == comm_.rank()) mine = &sl;
+    local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
+    if (s.role == Role::owned_matrix && options_.optimizer == OptimizerKind::muon) {
+      optimizers_[i] = make_muon(options_.muon, s.shape);
+    } else {
+      TORCH_CHECK(s.role != Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: optimizer ",
+                  to_string(options_.optimizer), " is not available yet for owned matrices (muon or adamw)");
+      optimizers_[i] = make_adamw(options_.adamw);
+    }
+  }
+}
+
+OwnerRuntime::~OwnerRuntime() = default;
+
+void OwnerRuntime::track_peak() { peak_gathered_ = std::max(peak_gathered_, gathered_bytes()); }
+
+ParamMap OwnerRuntime::unshard(int u) {
+  Unit& unit = *units_.at(u);
+  unit.unshard();
+  track_peak();
+  variable_list full = UnitGather::apply(anchors_[u], reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
+  ParamMap params;
+  for (size_t k = 0; k < unit.shards().size(); ++k) params.emplace(plan_.shards()[unit.shards()[k]].name, full[k]);
+  return params;
+}
+
+at::Tensor OwnerRuntime::after_forward(int u, const at::Tensor& output) {
+  Unit& unit = *units_.at(u);
+  const bool backward_will_come = at::GradMode::is_enabled() && output.requires_grad();
+  at::Tensor out = output;
+  if (backward_will_come) out = PreBackward::apply(output, reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
+  if (!backward_will_come) unit.reshard(/*keep_for_backward=*/false);
+  else if (options_.reshard_after_forward) unit.reshard(/*keep_for_backward=*/true);
+  return out;
+}
+
+void OwnerRuntime::revive_unit(int u) {
+  Unit& unit = *units_.at(u);
+  if (unit.state() == UnitState::pinned) {
+    unit.revive();
+    track_peak();
+  }
+}
+
+void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads) {
+  units_.at(u)->reduce_to_owner(full_grads, options_.reduce);
+  reduce_order_.push_back(u);
+}
+
+void OwnerRuntime::queue_final_callback() {
+  if (callback_queued_) return;
+  callback_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+}
+
+void OwnerRuntime::finish_backward() {
+  callback_queued_ = false;
+  for (int u : reduce_order_) units_[u]->finish_reduction();
+  reduce_order_.clear();
+  for (auto& unit : units_) {
+    TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": unit '", unit->name(),
+                "' is ", to_string(unit->state()), " at the end of backward (did the loss depend on it?)");
+  }
+  // Non-finite gradients: each rank checks what it stores; one all-reduce tells every rank the
+  // first offending parameter of every rank, so all ranks fail or skip together.
+  int64_t first_bad = 0;
+  for (size_t i = 0; i < plan_.shards().size() && first_bad == 0; ++i) {
+    at::Tensor g = units_[plan_.shards()[i].unit]->local_grad(static_cast<int>(i));
+    if (g.defined() && !at::isfinite(g).all().item<bool>()) first_bad = static_cast<int64_t>(i) + 1;
+  }
+  at::Tensor flags = at::zeros({comm_.world_size()}, at::TensorOptions().dtype(at::kLong));
+  flags[comm_.rank()] = first_bad;
+  {
+    PhaseScope phase(comm_, Phase::grad_reduce);
+    comm_.allreduce_sum(flags)->wait();
+  }
+  pending_report_ = StepReport{};
+  for (int r = 0; r < comm_.world_size(); ++r) {
+    const int64_t bad = flags[r].item<int64_t>();
+    if (bad > 0) {
+      pending_report_.non_finite_parameter = plan_.shards()[bad - 1].name;
+      break;
+    }
+  }
+}
+
+StepReport OwnerRuntime::step() {
+  PhaseScope phase(comm_, Phase::optimizer_step);
+  for (auto& unit : units_) {
+    TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": step() while unit '",
+                unit->name(), "' is ", to_string(unit->state()), " (run backward to completion first)");
+  }
+  StepReport report = pending_report_;
+  if (!report.non_finite_parameter.empty()) {
+    TORCH_CHECK(options_.non_finite == NonFinitePolicy::skip, "runtime: rank ", comm_.rank(),
+                ": non-finite gradient in parameter '", report.non_finite_parameter,
+                "'; the step was not taken (use the skip policy to skip such steps)");
+    report.skipped = true;
+    return report;
+  }
+  for (size_t i = 0; i < plan_.shards().size(); ++i) {
+    if (!optimizers_[i]) continue;
+    Unit& unit = *units_[plan_.shards()[i].unit];
+    at::Tensor param = unit.local_param(static_cast<int>(i));
+    optimizers_[i]->step(param, unit.local_grad(static_cast<int>(i)));
+  }
+  return report;
+}
+
+at::Tensor OwnerRuntime::local_param(const std::string& name) {
+  const MatrixShard& s = plan_.shard(name);
+  const int i = static_cast<int>(&s - plan_.shards().data());
+  return units_[s.unit]->local_param(i);
+}
+
+at::Tensor OwnerRuntime::local_grad(const std::string& name) {
+  const MatrixShard& s = plan_.shard(name);
+  const int i = static_cast<int>(&s - plan_.shards().data());
+  return units_[s.unit]->local_grad(i);
+}
+
+ParamMap OwnerRuntime::gather_full_params() {
+  PhaseScope phase(comm_, Phase::other);
+  ParamMap out;
+  for (auto& unit : units_) {
+    unit->unshard();
+    std::vector<at::Tensor> views = unit->full_views();
+    for (size_t k = 0; k < views.size(); ++k) out.emplace(plan_.shards()[unit->shards()[k]].name, views[k].clone());
+    unit->reshard(/*keep_for_backward=*/false);
+  }
+  return out;
+}
+
+int64_t OwnerRuntime::optimizer_state_bytes() const {
+  int64_t n = 0;
+  for (const auto& o : optimizers_)
+    if (o) n += o->state_bytes();
+  return n;
+}
+
+int64_t OwnerRuntime::resident_bytes() const {
+  int64_t n = optimizer_state_bytes();
+  for (const auto& u : units_) n += 2 * u->segment_bytes();
+  return n;
+}
+
+int64_t OwnerRuntime::gathered_bytes() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u->gathered_bytes();
+  return n;
+}
+
+}  // namespace mfsdp
