@@ -2,6 +2,7 @@
 
 #include "core/dist_env.h"
 #include "core/errors.h"
+#include "core/liveness.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -94,12 +95,27 @@ void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, con
   bool is_server = !env.agent_store && env.rank == 0;
   RankContext ctx;
   ctx.rank = env.rank;
+  std::unique_ptr<Heartbeat> heartbeat;
   try {
-    auto store = make_tcp_store(env.master_addr, env.master_port, is_server, env.world_size,
-                                options.timeout);
+    auto store = make_tcp_store(env.master_addr, env.master_port, is_server, env.world_size, options.timeout);
+    if (env.world_size > 1) {
+      // Its own connection, so the heartbeat thread never shares a socket with the rank's work.
+      heartbeat = std::make_unique<Heartbeat>(
+          make_tcp_store(env.master_addr, env.master_port, false, env.world_size, options.timeout), env.rank,
+          env.world_size);
+    }
     run_rank(ctx, opts, store, fn);
   } catch (const std::exception& e) {
-    throw RankError({{env.rank, error_message(e)}});
+    std::string message = error_message(e);
+    if (heartbeat) {
+      std::vector<int> lost = heartbeat->silent_ranks();
+      if (!lost.empty()) {
+        std::string ranks;
+        for (int r : lost) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        message = "lost rank " + ranks + " (its heartbeat stopped); " + message;
+      }
+    }
+    throw RankError({{env.rank, message}});
   }
 }
 

@@ -1,0 +1,40 @@
+// Which ranks of a multi-process job are still alive, so a failed collective can name the rank
+// that was lost instead of only "connection reset by peer".
+//
+// Each rank bumps its own counter in the store every `interval` from a background thread (on its
+// own store connection). To find the silent ranks, read every counter, wait three intervals, read
+// again: a counter that did not move belongs to a rank that is gone (or frozen). No clocks are
+// compared across machines.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+namespace mfsdp {
+
+class Heartbeat {
+ public:
+  Heartbeat(c10::intrusive_ptr<c10d::Store> store, int rank, int world_size,
+            std::chrono::milliseconds interval = std::chrono::milliseconds(200));
+  ~Heartbeat();
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  // Ranks (other than this one) whose heartbeat did not advance over three intervals.
+  std::vector<int> silent_ranks();
+
+ private:
+  std::vector<int64_t> read_counters();
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_, world_size_;
+  std::chrono::milliseconds interval_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace mfsdp
