@@ -1,6 +1,7 @@
 // mfsdp: the MatrixFSDP command line.
 #include "cli/commands.h"
 #include "core/errors.h"
+#include "core/launcher.h"
 
 #include <c10/util/Exception.h>
 
@@ -16,13 +17,20 @@ const std::vector<std::string>& raw_args() { return g_raw_args; }
 
 namespace {
 
-// The main job on its embedded default: the environment and a 4-rank Gloo self-check, as
-// threads and as processes.
+// The main job on its embedded default: the environment, a 4-rank Gloo self-check, and a short
+// owner-shaped training run of 4 rank processes on the embedded corpus.
 int default_job() {
   using namespace mfsdp::cli;
   int code = print_environment(/*json=*/false);
   if (code == kExitOk) code = run_selfcheck(4, /*processes=*/false, 60);
-  if (code == kExitOk) code = run_selfcheck(4, /*processes=*/true, 60);
+  if (code == kExitOk) {
+    std::printf("\n");
+    std::fflush(stdout);
+    mfsdp::LaunchOptions launch;
+    launch.world_size = 4;
+    launch.command = {mfsdp::self_executable(), "train", "--steps", "12", "--timeout-s", "60"};
+    code = mfsdp::launch_processes(launch);
+  }
   return code;
 }
 
@@ -34,7 +42,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) mfsdp::cli::g_raw_args.emplace_back(argv[i]);
   CLI::App app{
       "MatrixFSDP: owner-shaped ZeRO-3 for matrix optimizers.\n"
-      "Without a subcommand: print the environment and run a 4-rank Gloo self-check."};
+      "Without a subcommand: print the environment, run a 4-rank Gloo self-check and a short\n"
+      "owner-shaped training run on 4 rank processes."};
   app.require_subcommand(0, 1);
   app.fallthrough(false);
   Action run;
