@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -57,12 +58,25 @@ void disable_flight_recorder_for_thread_ranks() {
   (void)once;
 }
 
+namespace {
+// A peer that fails closes its sockets; a Gloo write to such a socket must fail as an error on
+// this rank, not kill the whole process with SIGPIPE.
+void ignore_sigpipe() {
+  static const bool once = [] {
+    signal(SIGPIPE, SIG_IGN);
+    return true;
+  }();
+  (void)once;
+}
+}  // namespace
+
 RankError::RankError(std::vector<Failure> failures)
     : std::runtime_error(describe(failures)), failures_(std::move(failures)) {}
 
 void run_ranks_as_threads(const RanksOptions& options, const RankFn& fn) {
   TORCH_CHECK(options.world_size >= 1, "ranks: world size must be >= 1, got ", options.world_size);
   disable_flight_recorder_for_thread_ranks();
+  ignore_sigpipe();
   auto store = make_hash_store(options.timeout);
   std::mutex mutex;
   std::vector<RankError::Failure> failures;  // in the order they happened
@@ -96,6 +110,7 @@ void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, con
   RankContext ctx;
   ctx.rank = env.rank;
   std::unique_ptr<Heartbeat> heartbeat;
+  ignore_sigpipe();
   try {
     auto store = make_tcp_store(env.master_addr, env.master_port, is_server, env.world_size, options.timeout);
     if (env.world_size > 1) {

@@ -69,7 +69,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     comm_.check_same_plan(plan_.hash());
   }
   for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u) {
-    units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device));
+    units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard));
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
   }
   optimizers_.resize(plan_.shards().size());

@@ -30,6 +30,7 @@ enum class NonFinitePolicy {
 
 struct RuntimeOptions {
   ReduceMode reduce = ReduceMode::deterministic;
+  UnshardStrategy unshard = UnshardStrategy::broadcast;  // measured faster on Gloo (bench_unshard)
   bool reshard_after_forward = true;  // false: keep gathered memory until backward (no revive)
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
   OptimizerKind optimizer = OptimizerKind::muon;  // for owned matrices; everything else AdamW

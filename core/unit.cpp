@@ -19,13 +19,17 @@ const char* to_string(UnitState state) {
   TORCH_INTERNAL_ASSERT(false, "unknown UnitState");
 }
 
+const char* to_string(UnshardStrategy strategy) {
+  return strategy == UnshardStrategy::broadcast ? "broadcast" : "allgather_even";
+}
+
 const char* to_string(ReduceMode mode) {
   return mode == ReduceMode::deterministic ? "deterministic" : "fast";
 }
 
-Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device)
+Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device, UnshardStrategy strategy)
     : plan_(plan), layout_(plan.units().at(unit_index)), index_(unit_index), comm_(comm), device_(device),
-      rank_(comm.rank()) {
+      rank_(comm.rank()), strategy_(strategy) {
   TORCH_CHECK(comm.world_size() == plan.world_size(), "unit '", layout_.name, "': plan is for world size ",
               plan.world_size(), " but the process group has ", comm.world_size(), " ranks");
   const auto opts = at::TensorOptions().dtype(layout_.dtype).device(device_);
@@ -49,6 +53,19 @@ Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::De
     }
   }
   gathered_numel_ = (cursor + align - 1) / align * align;
+  // The even prefix: the plan puts every even slice first in each segment, same sizes everywhere.
+  for (int r = 0; r < plan.world_size(); ++r) {
+    int64_t prefix = 0;
+    for (int s : layout_.shards) {
+      const MatrixShard& shard = plan.shards()[s];
+      if (shard.owned()) continue;
+      const ShardSlice& sl = shard.slices[r];
+      prefix = std::max(prefix, sl.offset + sl.padded_rows * shard.row_numel() - layout_.segments[r].offset);
+    }
+    prefix = std::min((prefix + align - 1) / align * align, layout_.segments[r].numel);
+    TORCH_INTERNAL_ASSERT(r == 0 || prefix == even_prefix_, "unit '", layout_.name, "': even prefixes differ across ranks");
+    even_prefix_ = prefix;
+  }
   // The gathered StorageImpl exists for the unit's lifetime; only its memory comes and goes.
   at::Tensor holder = at::empty({0}, opts);
   gathered_ = holder.storage();
@@ -106,13 +123,28 @@ at::Tensor Unit::segment_of(int rank) const {
 
 void Unit::fill_gathered() {
   PhaseScope phase(comm_, Phase::unshard);
+  const int W = plan_.world_size();
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  for (int r = 0; r < plan_.world_size(); ++r) {
-    if (layout_.segments[r].numel == 0) continue;  // empty segments never move
-    at::Tensor target = segment_of(r);             // the root sends its own segment_
+  int64_t skip = 0;  // elements at the start of each segment already moved by the all-gather
+  at::Tensor prefixes;
+  if (strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1) {
+    prefixes = at::empty({W * even_prefix_}, segment_.options());
+    at::Tensor mine = segment_.narrow(0, 0, even_prefix_);
+    works.push_back(comm_.allgather(prefixes, mine));
+    skip = even_prefix_;
+  }
+  for (int r = 0; r < W; ++r) {
+    const int64_t rest = layout_.segments[r].numel - skip;
+    if (rest == 0) continue;  // empty segments (or remainders) never move
+    at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends from its own segment_
     works.push_back(comm_.broadcast(target, r));
   }
   for (auto& w : works) w->wait();
+  if (prefixes.defined()) {
+    for (int r = 0; r < W; ++r) {
+      if (r != rank_) segment_of(r).narrow(0, 0, even_prefix_).copy_(prefixes.narrow(0, r * even_prefix_, even_prefix_));
+    }
+  }
   // Copy out even-sharded parameters: each rank's real rows into the full tensor.
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];

@@ -32,6 +32,15 @@ enum class UnitState {
 };
 const char* to_string(UnitState state);
 
+// How unshard moves the segments (both move only what this rank does not store, no padding
+// beyond the even-shard rule, never this rank's own segment):
+enum class UnshardStrategy {
+  broadcast,          // one broadcast per non-empty segment, rooted at its rank
+  allgather_even,     // one all-gather of the equal-size even-shard prefixes of all segments,
+                      // then one broadcast per rank whose owned remainder is non-empty
+};
+const char* to_string(UnshardStrategy strategy);
+
 enum class ReduceMode {
   deterministic,  // contributions gathered on the owner, added in rank order 0..W-1, divided once
   fast,           // native reduce(SUM) per segment, then divided once
@@ -40,7 +49,8 @@ const char* to_string(ReduceMode mode);
 
 class Unit {
  public:
-  Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device);
+  Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device,
+       UnshardStrategy strategy = UnshardStrategy::broadcast);
 
   const std::string& name() const;
   int index() const { return index_; }
@@ -78,7 +88,7 @@ class Unit {
   int64_t elem_size() const;
   void allocate_gathered();
   void free_gathered();
-  void fill_gathered();  // broadcast every non-empty segment from its rank; copy out even params
+  void fill_gathered();  // move every other segment here (per strategy_); copy out even params
   at::Tensor gathered_view(int64_t offset, at::IntArrayRef sizes) const;
   at::Tensor segment_of(int rank) const;  // rank's segment: segment_ or its place in gathered
 
@@ -95,6 +105,8 @@ class Unit {
   int64_t gathered_numel_ = 0;
   std::vector<int64_t> other_segment_offset_;  // per rank: offset in gathered (-1 for self)
   std::vector<int64_t> even_full_offset_;      // per shard of the unit: offset in gathered, or -1
+  UnshardStrategy strategy_;
+  int64_t even_prefix_ = 0;  // elements at the start of every segment holding even slices (equal on all ranks)
 
   // In-flight reduction.
   ReduceMode reduce_mode_ = ReduceMode::deterministic;

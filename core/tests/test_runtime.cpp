@@ -90,6 +90,16 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
       if (!d.bitwise_equal) problem("rank " + std::to_string(me) + " unshard of " + name + ": " + describe(d, gathered.at(name), value));
     }
 
+    // 1b. Both unshard strategies give the same bits.
+    {
+      RuntimeOptions by_broadcast;
+      by_broadcast.unshard = UnshardStrategy::broadcast;
+      OwnerRuntime other(plan, comm, by_broadcast, init);
+      ParamMap again = other.gather_full_params();
+      for (const auto& [name, value] : init)
+        if (!bitwise_equal(again.at(name), value)) problem("rank " + std::to_string(me) + " broadcast unshard of " + name + " differs");
+    }
+
     // 2. Forward moves exactly the segments this rank does not store; pinned views stay bound.
     comm.reset_counters();
     std::vector<const c10::StorageImpl*> storage_in_forward;
