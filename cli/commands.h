@@ -19,6 +19,7 @@ void add_selfcheck_command(CLI::App& app, Action& run);
 void add_launch_command(CLI::App& app, Action& run);
 void add_plan_command(CLI::App& app, Action& run);
 void add_train_command(CLI::App& app, Action& run);
+void add_verify_command(CLI::App& app, Action& run);
 
 // The process's command line (argv[0] first), for relaunching it per rank.
 const std::vector<std::string>& raw_args();

@@ -73,6 +73,7 @@ TrainResult train_owner(RankContext& ctx, const TrainConfig& config,
     m.loss = global_mean(comm, m.local_loss);  // after the snapshot: not part of the step's traffic
     m.resident_bytes = rt.resident_bytes();
     m.peak_gathered_bytes = rt.peak_gathered_bytes();
+    if (config.record_params) result.params_per_step.push_back(rt.gather_full_params());
     if (on_step) on_step(m);
     result.steps.push_back(m);
   }

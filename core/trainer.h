@@ -23,6 +23,9 @@ struct TrainConfig {
   int64_t seq = 32;
   uint64_t seed = 0;
   std::string data;  // corpus path; empty = the default corpus
+  // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
+  // phase `other`, after the step's counters were read): for differential tests and verify.
+  bool record_params = false;
   // Fault injection for tests: this rank SIGKILLs itself in the backward pass of this step.
   std::optional<std::pair<int, int>> kill_rank_at_step;
 };
@@ -42,6 +45,7 @@ struct StepMetrics {
 struct TrainResult {
   std::vector<StepMetrics> steps;
   ParamMap final_params;  // full, gathered at the end (every rank)
+  std::vector<ParamMap> params_per_step;  // with TrainConfig::record_params
   uint64_t plan_hash = 0;
 };
 

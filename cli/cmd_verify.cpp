@@ -1,0 +1,148 @@
+// `mfsdp verify`: the owner-shaped runtime and the DDP full-matrix oracle side by side on the
+// embedded default, compared bit for bit after every step; exit code 1 when they differ.
+#include "cli/commands.h"
+#include "core/dist_env.h"
+#include "oracle/oracle.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+namespace mfsdp::cli {
+namespace {
+
+struct VerifyArgs {
+  int world_size = 2;
+  std::string placement = "owner";
+  std::string planner = "balanced";
+  std::string tail_policy = "even";
+  std::string optimizer = "muon";
+  int steps = 10;
+  int64_t batch = 2, seq = 16;
+  uint64_t seed = 0;
+  bool json = false;
+  int timeout_s = 60;
+};
+
+// Mean over ranks of each step's local loss, summed in rank order (one all-gather).
+std::vector<double> global_losses(RankContext& ctx, const std::vector<double>& local) {
+  const int64_t n = static_cast<int64_t>(local.size());
+  at::Tensor mine = at::tensor(local, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor all = at::empty({ctx.world_size * n}, at::TensorOptions().dtype(at::kDouble));
+  ctx.backend->_allgather_base(all, mine)->wait();
+  std::vector<double> out(n, 0.0);
+  for (int r = 0; r < ctx.world_size; ++r)
+    for (int64_t s = 0; s < n; ++s) out[s] += all[r * n + s].item<double>();
+  for (double& v : out) v /= ctx.world_size;
+  return out;
+}
+
+int run_verify(const VerifyArgs& a) {
+  TrainConfig config;
+  try {
+    TORCH_CHECK(a.placement == "owner", "verify: --placement ", a.placement,
+                " is not available yet (owner; the baselines come next)");
+    config.planner.planner = planner_kind_from_string(a.planner);
+    TORCH_CHECK(config.planner.planner != PlannerKind::explicit_assignment, "verify: --planner explicit is for tests");
+    config.planner.tail_policy = tail_policy_from_string(a.tail_policy);
+    config.planner.optimizer = config.runtime.optimizer = optimizer_kind_from_string(a.optimizer);
+    TORCH_CHECK(config.runtime.optimizer == OptimizerKind::muon || config.runtime.optimizer == OptimizerKind::adamw,
+                "verify: optimizer ", a.optimizer, " is not available yet (muon, adamw)");
+  } catch (const c10::Error& e) {
+    throw UsageError(e.what_without_backtrace());
+  }
+  config.steps = a.steps;
+  config.batch = a.batch;
+  config.seq = a.seq;
+  config.seed = a.seed;
+  config.runtime.muon.lr = 0.02;
+  config.runtime.adamw.lr = 3e-3;
+  bool equal_everywhere = true;
+  auto body = [&](RankContext& ctx) {
+    const Trajectory oracle = run_oracle(ctx, config);
+    const Trajectory owner = run_owner_recorded(ctx, config);
+    const Comparison cmp = compare(oracle, owner);
+    // Every rank's verdict and worst differences, to rank 0.
+    at::Tensor mine = at::tensor({cmp.bitwise_equal ? 1.0 : 0.0, cmp.max_abs_diff, static_cast<double>(cmp.max_ulp)},
+                                 at::TensorOptions().dtype(at::kDouble));
+    at::Tensor all = at::empty({3 * ctx.world_size}, at::TensorOptions().dtype(at::kDouble));
+    ctx.backend->_allgather_base(all, mine)->wait();
+    const std::vector<double> loss_owner = global_losses(ctx, owner.local_losses);
+    const std::vector<double> loss_oracle = global_losses(ctx, oracle.local_losses);
+    bool equal = true;
+    double max_abs = 0, max_ulp = 0;
+    for (int r = 0; r < ctx.world_size; ++r) {
+      equal = equal && all[3 * r].item<double>() == 1.0;
+      max_abs = std::max(max_abs, all[3 * r + 1].item<double>());
+      max_ulp = std::max(max_ulp, all[3 * r + 2].item<double>());
+    }
+    if (!cmp.bitwise_equal) {
+      std::fprintf(stderr, "verify: rank %d: first difference at step %d in %s: %s\n", ctx.rank, cmp.first_bad_step,
+                   cmp.first_bad.c_str(), cmp.detail.c_str());
+    }
+    if (ctx.rank != 0) return;
+    equal_everywhere = equal;
+    if (a.json) {
+      nlohmann::ordered_json j{{"bitwise_equal", equal}, {"max_abs_diff", max_abs}, {"max_ulp", max_ulp},
+                               {"steps", a.steps}, {"loss_runtime", loss_owner}, {"loss_oracle", loss_oracle},
+                               {"world_size", ctx.world_size}, {"planner", a.planner}, {"tail_policy", a.tail_policy},
+                               {"optimizer", a.optimizer}, {"placement", a.placement}};
+      for (int p = 0; p < kNumPhases; ++p) {
+        const char* name = to_string(static_cast<Phase>(p));
+        j["bytes"]["runtime"][name] = {{"calls", owner.last_step_bytes[p].calls},
+                                       {"bytes_sent", owner.last_step_bytes[p].bytes_sent},
+                                       {"bytes_recv", owner.last_step_bytes[p].bytes_recv}};
+        j["bytes"]["oracle"][name] = {{"calls", oracle.last_step_bytes[p].calls},
+                                      {"bytes_sent", oracle.last_step_bytes[p].bytes_sent},
+                                      {"bytes_recv", oracle.last_step_bytes[p].bytes_recv}};
+      }
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::printf("verify: owner-shaped runtime (planner %s, tail %s) vs DDP full-matrix oracle, %s, W=%d, %d steps\n",
+                a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(), ctx.world_size, a.steps);
+    std::printf("%5s %22s %22s\n", "step", "loss (runtime)", "loss (oracle)");
+    for (size_t s = 0; s < loss_owner.size(); ++s)
+      std::printf("%5zu %22.17g %22.17g%s\n", s + 1, loss_owner[s], loss_oracle[s], loss_owner[s] == loss_oracle[s] ? "" : "  DIFFERS");
+    std::printf("bytes in the last step (rank 0, sent): runtime unshard %lld, grad_reduce %lld, optimizer_step %lld | "
+                "oracle grad_reduce %lld, optimizer_step %lld\n",
+                static_cast<long long>(owner.last_step_bytes[0].bytes_sent), static_cast<long long>(owner.last_step_bytes[1].bytes_sent),
+                static_cast<long long>(owner.last_step_bytes[2].bytes_sent), static_cast<long long>(oracle.last_step_bytes[1].bytes_sent),
+                static_cast<long long>(oracle.last_step_bytes[2].bytes_sent));
+    std::printf("%s: every parameter after every step and every loss %s (max |diff| %g, max ULP %g)\n",
+                equal ? "BITWISE EQUAL" : "NOT EQUAL", equal ? "match" : "do not all match", max_abs, max_ulp);
+  };
+  RanksOptions ranks;
+  ranks.world_size = a.world_size;
+  ranks.timeout = std::chrono::seconds(a.timeout_s);
+  ranks.seed = a.seed;
+  if (auto env = read_launch_env()) run_as_launched_rank(*env, ranks, body);
+  else run_ranks_as_threads(ranks, body);
+  return equal_everywhere ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+
+void add_verify_command(CLI::App& app, Action& run) {
+  auto* cmd = app.add_subcommand("verify", "Run the owner-shaped runtime and the DDP oracle side by side; compare bit for bit");
+  auto a = std::make_shared<VerifyArgs>();
+  cmd->add_option("-w,--world-size", a->world_size, "Ranks (threads)")->check(CLI::Range(1, 64));
+  cmd->add_option("--placement", a->placement, "owner");
+  cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
+  cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
+  cmd->add_option("--optimizer", a->optimizer, "muon | adamw");
+  cmd->add_option("--steps", a->steps, "Steps")->check(CLI::Range(1, 100000));
+  cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
+  cmd->add_option("--seed", a->seed, "Seed");
+  cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
+  cmd->add_flag("--json", a->json, "One JSON object: bitwise_equal, max_abs_diff, max_ulp, steps, loss_runtime, "
+                                   "loss_oracle, world_size, planner, optimizer, placement, bytes");
+  cmd->callback([&run, a] { run = [a] { return run_verify(*a); }; });
+}
+
+}  // namespace mfsdp::cli

@@ -1,0 +1,58 @@
+// The DDP full-matrix oracle: the ground truth the owner-shaped runtime must bit-match
+// (DESIGN.md §4). Every rank holds the whole model, runs forward and backward on its own
+// micro-batch (the same one the runtime's rank gets), averages gradients with the runtime's own
+// rank-order routine (core/reduction.h) after an all-gather, and runs the full-matrix optimizer
+// (Muon or AdamW on hidden matrices, AdamW elsewhere) on every rank.
+#pragma once
+
+#include "core/communicator.h"
+#include "core/trainer.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+class DdpOracle {
+ public:
+  DdpOracle(const TransformerModel& model, Communicator& comm, const RuntimeOptions& options, const ParamMap& init);
+
+  // One step on this rank's batch; returns this rank's loss. Gradients are averaged over ranks
+  // (phase grad_reduce), then every rank updates every parameter.
+  double step(const at::Tensor& tokens, const at::Tensor& targets);
+
+  const ParamMap& params() const { return params_; }
+  const ParamMap& reduced_grads() const { return grads_; }
+
+ private:
+  const TransformerModel& model_;
+  Communicator& comm_;
+  ParamMap params_, grads_;
+  std::vector<std::string> order_;  // parameter names in model order: the collective order
+  std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;
+};
+
+// What one rank saw over a run: its local loss per step and the full parameters after each step.
+struct Trajectory {
+  std::vector<double> local_losses;
+  std::vector<ParamMap> params;
+  std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
+};
+
+Trajectory run_oracle(RankContext& ctx, const TrainConfig& config);
+Trajectory run_owner_recorded(RankContext& ctx, const TrainConfig& config);
+
+struct Comparison {
+  bool bitwise_equal = true;
+  double max_abs_diff = 0;
+  uint64_t max_ulp = 0;
+  int first_bad_step = -1;  // 1-based
+  std::string first_bad;    // "loss" or a parameter name
+  std::string detail;
+};
+
+// Compares every loss and every parameter after every step, bit for bit.
+Comparison compare(const Trajectory& control, const Trajectory& experiment);
+
+}  // namespace mfsdp
