@@ -17,8 +17,9 @@ const std::vector<std::string>& raw_args() { return g_raw_args; }
 
 namespace {
 
-// The main job on its embedded default: the environment, a 4-rank Gloo self-check, and a short
-// owner-shaped training run of 4 rank processes on the embedded corpus.
+// The main job on its embedded default: the environment, a 4-rank Gloo self-check, a short
+// owner-shaped training run of 4 rank processes on the embedded corpus, and a verify run of the
+// runtime against the DDP oracle.
 int default_job() {
   using namespace mfsdp::cli;
   int code = print_environment(/*json=*/false);
@@ -30,6 +31,11 @@ int default_job() {
     launch.world_size = 4;
     launch.command = {mfsdp::self_executable(), "train", "--steps", "12", "--timeout-s", "60"};
     code = mfsdp::launch_processes(launch);
+  }
+  if (code == kExitOk) {
+    std::printf("\n");
+    std::fflush(stdout);
+    code = mfsdp::launch_processes({4, {mfsdp::self_executable(), "verify", "--steps", "5", "--timeout-s", "60"}});
   }
   return code;
 }
@@ -43,7 +49,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "MatrixFSDP: owner-shaped ZeRO-3 for matrix optimizers.\n"
       "Without a subcommand: print the environment, run a 4-rank Gloo self-check and a short\n"
-      "owner-shaped training run on 4 rank processes."};
+      "owner-shaped training run and a bitwise verify against the DDP oracle on 4 rank processes."};
   app.require_subcommand(0, 1);
   app.fallthrough(false);
   Action run;

@@ -7,7 +7,10 @@
 #include "core/ranks.h"
 #include "oracle/oracle.h"
 
+#include <ATen/ops/full.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include <mutex>
 #include <random>
@@ -101,6 +104,34 @@ INSTANTIATE_TEST_SUITE_P(Grid, Differential,
                            name += to_string(std::get<1>(info.param));
                            return name;
                          });
+
+}  // namespace
+}  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// The comparison itself must see a one-ULP change anywhere, and a changed loss.
+TEST(TrajectoryComparison, SeesOneUlpInOneParameterAtOneStep) {
+  Trajectory a;
+  for (int s = 0; s < 4; ++s) {
+    a.local_losses.push_back(1.0 + s);
+    a.params.push_back({{"w", at::full({3, 3}, 0.5 + s, at::kFloat)}, {"b", at::full({3}, 1.0, at::kFloat)}});
+  }
+  Trajectory b = a;
+  for (auto& step : b.params)
+    for (auto& [name, t] : step) t = t.clone();
+  EXPECT_TRUE(compare(a, b).bitwise_equal);
+  b.params[2].at("w").view({-1})[4] = std::nextafter(2.5f, 3.0f);
+  Comparison c = compare(a, b);
+  EXPECT_FALSE(c.bitwise_equal);
+  EXPECT_EQ(c.first_bad_step, 3);
+  EXPECT_EQ(c.first_bad, "w");
+  EXPECT_EQ(c.max_ulp, 1u);
+  Trajectory d = a;
+  d.local_losses[1] = std::nextafter(2.0, 3.0);
+  EXPECT_EQ(compare(a, d).first_bad, "loss");
+}
 
 }  // namespace
 }  // namespace mfsdp
