@@ -1,0 +1,174 @@
+// Properties of the runtime against the oracle over generated transformers (layers, widths,
+// heads, MLP sizes), world sizes 1..8 and explicit owner assignments (including every matrix on
+// one rank, so other ranks own nothing), plus a stateful model of one unit's lifecycle.
+// Replay a failure with RC_PARAMS="seed=<printed seed>".
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+#include <rapidcheck/state.h>
+
+#include "core/planner.h"
+#include "core/ranks.h"
+#include "core/tensor_compare.h"
+#include "core/unit.h"
+#include "oracle/oracle.h"
+
+#include <ATen/ops/arange.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <mutex>
+
+namespace mfsdp {
+namespace {
+
+rc::Gen<TransformerConfig> small_transformer() {
+  return rc::gen::exec([] {
+    TransformerConfig c = preset_config("tiny");
+    c.layers = *rc::gen::inRange<int64_t>(1, 3);
+    c.heads = *rc::gen::element<int64_t>(1, 2, 4);
+    c.kv_heads = *rc::gen::element<int64_t>(1, c.heads);
+    c.hidden = c.heads * *rc::gen::element<int64_t>(2, 4, 6);
+    c.intermediate = *rc::gen::inRange<int64_t>(1, 40);
+    c.qkv_bias = *rc::gen::arbitrary<bool>();
+    return c;
+  });
+}
+
+// One training step of the runtime equals one step of the oracle, bit for bit, and unshard of the
+// initial state reproduces it exactly.
+RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
+  TrainConfig config;
+  config.model = *small_transformer();
+  config.steps = 1;
+  config.batch = 1;
+  config.seq = *rc::gen::inRange<int64_t>(1, 6);
+  config.seed = *rc::gen::inRange<uint64_t>(0, 1000);
+  config.runtime.optimizer = config.planner.optimizer = *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw);
+  config.runtime.muon.lr = 0.02;
+  const int W = *rc::gen::inRange(1, 9);
+  config.planner.planner = PlannerKind::explicit_assignment;
+  config.planner.tail_policy = *rc::gen::element(TailPolicy::even, TailPolicy::owner);
+  const bool all_on_one = *rc::gen::arbitrary<bool>();
+  const int one = *rc::gen::inRange(0, W);
+  for (const PlanItem& item : plan_items(TransformerModel(config.model).spec(), config.planner))
+    config.planner.explicit_owners[item.key] = all_on_one ? one : *rc::gen::inRange(0, W);
+
+  std::mutex m;
+  std::vector<std::string> failures;
+  RanksOptions ranks;
+  ranks.world_size = W;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    const Comparison c = compare(run_oracle(ctx, config), run_owner_recorded(ctx, config));
+    if (!c.bitwise_equal) {
+      std::lock_guard<std::mutex> lock(m);
+      failures.push_back("rank " + std::to_string(ctx.rank) + ": " + c.first_bad + ": " + c.detail);
+    }
+  });
+  for (const auto& f : failures) RC_FAIL(f);
+}
+
+// ---- Stateful model of a unit's lifecycle (one rank) ----
+
+struct LifecycleModel {
+  UnitState state = UnitState::sharded;
+};
+
+struct System {
+  Unit* unit;
+  int64_t capacity;
+  const c10::StorageImpl* gathered_impl;
+  const c10::StorageImpl* segment_impl;
+  at::Tensor segment_snapshot;
+  std::vector<at::Tensor> zero_grads;
+};
+
+bool legal(UnitState from, UnitState to) {
+  switch (from) {
+    case UnitState::sharded: return to == UnitState::unsharded;
+    case UnitState::unsharded: return to == UnitState::pinned || to == UnitState::sharded || to == UnitState::reducing;
+    case UnitState::pinned: return to == UnitState::revived || to == UnitState::sharded;
+    case UnitState::revived: return to == UnitState::reducing;
+    case UnitState::reducing: return to == UnitState::sharded;
+  }
+  return false;
+}
+
+// Checks the invariants every legal sequence keeps: gathered memory resident exactly in the
+// unsharded/revived states, the same gathered StorageImpl forever, the segment never replaced.
+void check_invariants(const LifecycleModel& model, System& sut) {
+  RC_ASSERT(sut.unit->state() == model.state);
+  const bool resident = model.state == UnitState::unsharded || model.state == UnitState::revived;
+  RC_ASSERT(sut.unit->gathered_bytes() == (resident ? sut.capacity : 0));
+  RC_ASSERT(sut.unit->gathered_storage_impl() == sut.gathered_impl);
+  RC_ASSERT(sut.unit->segment().storage().unsafeGetStorageImpl() == sut.segment_impl);
+  if (resident) {  // full views read the segment's values back exactly
+    std::vector<at::Tensor> views = sut.unit->full_views();
+    RC_ASSERT(!views.empty());
+  }
+}
+
+// One command: the operation that moves to `target`, tried from whatever state the unit is in.
+struct Move : rc::state::Command<LifecycleModel, System> {
+  UnitState target = *rc::gen::element(UnitState::sharded, UnitState::unsharded, UnitState::pinned,
+                                       UnitState::revived, UnitState::reducing);
+  int how = *rc::gen::inRange(0, 2);  // for `sharded`: reshard (from unsharded) or release (from pinned)
+
+  void apply(LifecycleModel& model) const override {
+    if (legal(model.state, target)) model.state = target;
+  }
+
+  void run(const LifecycleModel& model, System& sut) const override {
+    const bool ok = legal(model.state, target);
+    try {
+      switch (target) {
+        case UnitState::unsharded: sut.unit->unshard(); break;
+        case UnitState::pinned: sut.unit->reshard(/*keep_for_backward=*/true); break;
+        case UnitState::revived: sut.unit->revive(); break;
+        case UnitState::reducing: sut.unit->reduce_to_owner(sut.zero_grads, ReduceMode::deterministic); break;
+        case UnitState::sharded:
+          if (model.state == UnitState::reducing) sut.unit->finish_reduction();
+          else if (model.state == UnitState::pinned) sut.unit->release();
+          else sut.unit->reshard(/*keep_for_backward=*/false);
+          break;
+      }
+      RC_ASSERT(ok);  // an illegal move must not succeed
+    } catch (const c10::Error& e) {
+      RC_ASSERT(!ok);
+      RC_ASSERT(std::string(e.what_without_backtrace()).find("illegal lifecycle move") != std::string::npos);
+    }
+    LifecycleModel after = model;
+    apply(after);
+    check_invariants(after, sut);
+    // Whatever happened, the owned values are untouched by lifecycle moves.
+    RC_ASSERT(bitwise_equal(sut.unit->segment(), sut.segment_snapshot));
+  }
+
+  void show(std::ostream& os) const override {
+    os << "move to " << to_string(target);
+  }
+};
+
+RC_GTEST_PROP(RuntimeProperties, UnitLifecycleKeepsItsInvariantsAndRefusesIllegalMoves, ()) {
+  TransformerConfig config = *small_transformer();
+  const TransformerModel model(config);
+  PlannerOptions popts;
+  popts.tail_policy = *rc::gen::element(TailPolicy::even, TailPolicy::owner);
+  const OwnershipPlan plan = make_plan(model.spec(), 1, popts);
+  const int u = *rc::gen::inRange(0, static_cast<int>(plan.units().size()));
+  const auto commands = *rc::state::gen::commands(LifecycleModel{}, rc::state::gen::execOneOfWithArgs<Move>());
+  RanksOptions ranks;
+  ranks.world_size = 1;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    Communicator comm(ctx.backend);
+    Unit unit(plan, u, comm, at::kCPU);
+    unit.segment().copy_(at::arange(unit.segment().numel(), unit.segment().options()));
+    System sut{&unit, unit.gathered_capacity(), unit.gathered_storage_impl(),
+               unit.segment().storage().unsafeGetStorageImpl(), unit.segment().clone(), {}};
+    for (int s : unit.shards()) sut.zero_grads.push_back(at::zeros(plan.shards()[s].shape));
+    LifecycleModel initial;
+    rc::state::runAll(commands, initial, sut);
+  });
+}
+
+}  // namespace
+}  // namespace mfsdp
