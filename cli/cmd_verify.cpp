@@ -25,6 +25,7 @@ struct VerifyArgs {
   int64_t batch = 2, seq = 16;
   uint64_t seed = 0;
   bool json = false;
+  bool fast = false;
   int timeout_s = 60;
 };
 
@@ -61,6 +62,7 @@ int run_verify(const VerifyArgs& a) {
   config.seed = a.seed;
   config.runtime.muon.lr = 0.02;
   config.runtime.adamw.lr = 3e-3;
+  if (a.fast) config.runtime.reduce = ReduceMode::fast;
   bool equal_everywhere = true;
   auto body = [&](RankContext& ctx) {
     const Trajectory oracle = run_oracle(ctx, config);
@@ -90,7 +92,8 @@ int run_verify(const VerifyArgs& a) {
       nlohmann::ordered_json j{{"bitwise_equal", equal}, {"max_abs_diff", max_abs}, {"max_ulp", max_ulp},
                                {"steps", a.steps}, {"loss_runtime", loss_owner}, {"loss_oracle", loss_oracle},
                                {"world_size", ctx.world_size}, {"planner", a.planner}, {"tail_policy", a.tail_policy},
-                               {"optimizer", a.optimizer}, {"placement", a.placement}};
+                               {"optimizer", a.optimizer}, {"placement", a.placement},
+                               {"reduce", a.fast ? "fast" : "deterministic"}};
       for (int p = 0; p < kNumPhases; ++p) {
         const char* name = to_string(static_cast<Phase>(p));
         j["bytes"]["runtime"][name] = {{"calls", owner.last_step_bytes[p].calls},
@@ -140,6 +143,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
   cmd->add_option("--seed", a->seed, "Seed");
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
+  cmd->add_flag("--fast", a->fast, "Runtime uses the fast (native reduce) gradient reduction: expect small differences");
   cmd->add_flag("--json", a->json, "One JSON object: bitwise_equal, max_abs_diff, max_ulp, steps, loss_runtime, "
                                    "loss_oracle, world_size, planner, optimizer, placement, bytes");
   cmd->callback([&run, a] { run = [a] { return run_verify(*a); }; });
