@@ -63,7 +63,18 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
   return out;
 }
 
-class Differential : public ::testing::TestWithParam<std::tuple<int, OptimizerKind>> {};
+using GridParam = std::tuple<int, OptimizerKind>;
+
+// "W<world size>_<optimizer>" for parameterised test names.
+std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
+  std::string name = "W";
+  name += std::to_string(std::get<0>(info.param));
+  name += '_';
+  name += to_string(std::get<1>(info.param));
+  return name;
+}
+
+class Differential : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
   const auto [W, optimizer] = GetParam();
@@ -98,13 +109,7 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
 INSTANTIATE_TEST_SUITE_P(Grid, Differential,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw)),
-                         [](const auto& info) {
-                           std::string name = "W";
-                           name += std::to_string(std::get<0>(info.param));
-                           name += '_';
-                           name += to_string(std::get<1>(info.param));
-                           return name;
-                         });
+                         grid_name);
 
 }  // namespace
 }  // namespace mfsdp
@@ -156,7 +161,7 @@ struct FastTolerance {
 constexpr FastTolerance kFastAdamW{1e-4, 1e-5};
 constexpr FastTolerance kFastMuon{5e-2, 2e-3};
 
-class FastMode : public ::testing::TestWithParam<std::tuple<int, OptimizerKind>> {};
+class FastMode : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(FastMode, StaysWithinTheToleranceModel) {
   const auto [W, optimizer] = GetParam();
@@ -191,13 +196,7 @@ TEST_P(FastMode, StaysWithinTheToleranceModel) {
 INSTANTIATE_TEST_SUITE_P(Tolerance, FastMode,
                          ::testing::Combine(::testing::Values(3, 5),
                                             ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw)),
-                         [](const auto& info) {
-                           std::string name = "W";
-                           name += std::to_string(std::get<0>(info.param));
-                           name += '_';
-                           name += to_string(std::get<1>(info.param));
-                           return name;
-                         });
+                         grid_name);
 
 }  // namespace
 }  // namespace mfsdp
