@@ -90,9 +90,9 @@ void train_rank(RankContext& ctx, const TrainArgs& a, const TrainConfig& config)
     TORCH_CHECK(metrics, "train: cannot write metrics file '", tmp_metrics, "'");
   }
   if (ctx.rank == 0) {
-    std::printf("train: owner-shaped ZeRO-3, %d rank(s), planner %s, tail %s, optimizer %s, %s reduction, "
+    std::printf("train: placement %s, %d rank(s), planner %s, tail %s, optimizer %s, %s reduction, "
                 "%d steps of %lld x %lld tokens per rank\n",
-                ctx.world_size, a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(),
+                a.placement.c_str(), ctx.world_size, a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(),
                 a.fast ? "fast" : "deterministic", a.steps, static_cast<long long>(a.batch),
                 static_cast<long long>(a.seq));
     std::fflush(stdout);
@@ -163,9 +163,8 @@ void train_rank(RankContext& ctx, const TrainArgs& a, const TrainConfig& config)
 int run_train(const TrainArgs& a) {
   TrainConfig config;
   try {
-    TORCH_CHECK(a.placement == "owner", "train: --placement ", a.placement,
-                " is not available yet (owner; the baselines come with the oracle)");
     config = make_config(a);
+    apply_placement(placement_from_string(a.placement), config.planner);
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
@@ -199,7 +198,7 @@ void add_train_command(CLI::App& app, Action& run) {
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("-w,--world-size", a->world_size, "Ranks")->check(CLI::Range(1, 64));
   cmd->add_option("--launcher", a->launcher, "threads | processes")->check(CLI::IsMember({"threads", "processes"}));
-  cmd->add_option("--placement", a->placement, "owner (baselines: with the oracle issue)");
+  cmd->add_option("--placement", a->placement, "owner | reconstruct (the FSDP2 + Muon baseline)");
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | adamw (matrix optimizer; the rest uses AdamW)");

@@ -45,8 +45,7 @@ std::vector<double> global_losses(RankContext& ctx, const std::vector<double>& l
 int run_verify(const VerifyArgs& a) {
   TrainConfig config;
   try {
-    TORCH_CHECK(a.placement == "owner", "verify: --placement ", a.placement,
-                " is not available yet (owner; the baselines come next)");
+    apply_placement(placement_from_string(a.placement), config.planner);
     config.planner.planner = planner_kind_from_string(a.planner);
     TORCH_CHECK(config.planner.planner != PlannerKind::explicit_assignment, "verify: --planner explicit is for tests");
     config.planner.tail_policy = tail_policy_from_string(a.tail_policy);
@@ -106,8 +105,8 @@ int run_verify(const VerifyArgs& a) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::printf("verify: owner-shaped runtime (planner %s, tail %s) vs DDP full-matrix oracle, %s, W=%d, %d steps\n",
-                a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(), ctx.world_size, a.steps);
+    std::printf("verify: placement %s (planner %s, tail %s) vs DDP full-matrix oracle, %s, W=%d, %d steps\n",
+                a.placement.c_str(), a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(), ctx.world_size, a.steps);
     std::printf("%5s %22s %22s\n", "step", "loss (runtime)", "loss (oracle)");
     for (size_t s = 0; s < loss_owner.size(); ++s)
       std::printf("%5zu %22.17g %22.17g%s\n", s + 1, loss_owner[s], loss_oracle[s], loss_owner[s] == loss_oracle[s] ? "" : "  DIFFERS");
@@ -134,7 +133,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   auto* cmd = app.add_subcommand("verify", "Run the owner-shaped runtime and the DDP oracle side by side; compare bit for bit");
   auto a = std::make_shared<VerifyArgs>();
   cmd->add_option("-w,--world-size", a->world_size, "Ranks (threads)")->check(CLI::Range(1, 64));
-  cmd->add_option("--placement", a->placement, "owner");
+  cmd->add_option("--placement", a->placement, "owner | reconstruct (the FSDP2 + Muon baseline)");
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | adamw");

@@ -1,6 +1,7 @@
 #include "core/runtime.h"
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros_like.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
@@ -73,8 +74,13 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
   }
   optimizers_.resize(plan_.shards().size());
+  reconstruct_.assign(plan_.shards().size(), false);
+  reconstruct_buf_.resize(plan_.shards().size());
   for (size_t i = 0; i < plan_.shards().size(); ++i) {
     const MatrixShard& s = plan_.shards()[i];
+    // A hidden matrix kept in even row shards under Muon: the FSDP2 reconstruction baseline.
+    reconstruct_[i] = s.kind == ParamKind::hidden_matrix && s.role == Role::even_shard &&
+                      options_.optimizer == OptimizerKind::muon;
     Unit& unit = *units_[s.unit];
     at::Tensor local = unit.local_param(static_cast<int>(i));
     if (!local.defined()) continue;
@@ -82,6 +88,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     for (const auto& sl : s.slices)
       if (sl.rank == comm_.rank()) mine = &sl;
     local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
+    if (reconstruct_[i]) continue;  // stepped by reconstruct_muon_step
     if (s.role == Role::owned_matrix && options_.optimizer == OptimizerKind::muon) {
       optimizers_[i] = make_muon(options_.muon, s.shape);
     } else {
@@ -181,12 +188,45 @@ StepReport OwnerRuntime::step() {
     return report;
   }
   for (size_t i = 0; i < plan_.shards().size(); ++i) {
+    if (reconstruct_[i]) {
+      reconstruct_muon_step(static_cast<int>(i));
+      continue;
+    }
     if (!optimizers_[i]) continue;
     Unit& unit = *units_[plan_.shards()[i].unit];
     at::Tensor param = unit.local_param(static_cast<int>(i));
     optimizers_[i]->step(param, unit.local_grad(static_cast<int>(i)));
   }
   return report;
+}
+
+// The reconstruction baseline (stock FSDP2 + Muon): momentum stays row-sharded; the Nesterov input
+// of every rank's rows is all-gathered into the full matrix (a weight-sized all-gather in the
+// optimizer step), Newton–Schulz runs redundantly on every rank, each rank keeps its rows.
+void OwnerRuntime::reconstruct_muon_step(int i) {
+  const MatrixShard& s = plan_.shards()[i];
+  Unit& unit = *units_[s.unit];
+  const MuonOptions& o = options_.muon;
+  const int W = comm_.world_size();
+  const int64_t rows = s.shape[0], cols = s.shape[1], chunk = (rows + W - 1) / W;
+  at::Tensor param = unit.local_param(i), grad = unit.local_grad(i);
+  at::Tensor padded = at::zeros({chunk, cols}, unit.segment().options());
+  int64_t my_rows = 0, my_begin = 0;
+  if (param.defined()) {
+    at::Tensor& buf = reconstruct_buf_[i];
+    if (!buf.defined()) buf = at::zeros_like(grad);
+    buf.lerp_(grad, 1 - o.momentum);
+    padded.narrow(0, 0, grad.size(0)).copy_(o.nesterov ? grad.lerp(buf, o.momentum) : buf);
+    my_rows = grad.size(0);
+    for (const ShardSlice& sl : s.slices)
+      if (sl.rank == comm_.rank()) my_begin = sl.row_begin;
+  }
+  at::Tensor gathered = at::empty({W * chunk, cols}, padded.options());
+  comm_.allgather(gathered, padded)->wait();
+  at::Tensor update = newton_schulz(gathered.narrow(0, 0, rows), o);
+  if (my_rows == 0) return;
+  param.mul_(1 - o.lr * o.weight_decay);
+  param.add_(update.narrow(0, my_begin, my_rows), -muon_adjusted_lr(o.lr, o.adjust_lr_fn, rows, cols));
 }
 
 at::Tensor OwnerRuntime::local_param(const std::string& name) {
@@ -215,6 +255,8 @@ ParamMap OwnerRuntime::gather_full_params() {
 
 int64_t OwnerRuntime::optimizer_state_bytes() const {
   int64_t n = 0;
+  for (const auto& b : reconstruct_buf_)
+    if (b.defined()) n += static_cast<int64_t>(b.nbytes());
   for (const auto& o : optimizers_)
     if (o) n += o->state_bytes();
   return n;

@@ -86,6 +86,7 @@ class OwnerRuntime {
 
  private:
   void track_peak();
+  void reconstruct_muon_step(int shard);
 
   const OwnershipPlan& plan_;
   Communicator& comm_;
@@ -93,6 +94,8 @@ class OwnerRuntime {
   std::vector<std::unique_ptr<Unit>> units_;
   std::vector<at::Tensor> anchors_;  // one leaf per unit: makes each unit's gather a graph node
   std::vector<std::unique_ptr<TensorOptimizer>> optimizers_;  // per plan shard; null where not stored here
+  std::vector<bool> reconstruct_;             // per shard: stepped by the reconstruction baseline
+  std::vector<at::Tensor> reconstruct_buf_;   // its row-sharded momentum
   std::vector<int> reduce_order_;     // units in the order their reductions were issued
   bool callback_queued_ = false;
   int64_t peak_gathered_ = 0;

@@ -29,6 +29,19 @@ double global_mean(Communicator& comm, double local) {
 
 }  // namespace
 
+const char* to_string(Placement placement) { return placement == Placement::owner ? "owner" : "reconstruct"; }
+
+Placement placement_from_string(const std::string& name) {
+  if (name == "owner") return Placement::owner;
+  if (name == "reconstruct") return Placement::reconstruct;
+  TORCH_CHECK(false, "placement '", name, "' is not available (owner, reconstruct; zero1, alltoall and ddp ",
+              "as training placements are not built yet — ddp is the oracle of mfsdp verify)");
+}
+
+void apply_placement(Placement placement, PlannerOptions& planner) {
+  if (placement == Placement::reconstruct) planner.rules = {{"*", Role::even_shard}};
+}
+
 TrainResult train_owner(RankContext& ctx, const TrainConfig& config,
                         const std::function<void(const StepMetrics&)>& on_step) {
   TORCH_CHECK(config.steps >= 0, "train: steps must be >= 0");

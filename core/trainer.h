@@ -14,6 +14,14 @@
 
 namespace mfsdp {
 
+// Where the parameters live. owner: the owner-shaped plan. reconstruct: the stock FSDP2 + Muon
+// baseline (every parameter in even row shards; Muon all-gathers each matrix's update input in
+// the step). The ZeRO-1 and all-to-all baselines are not built yet.
+enum class Placement { owner, reconstruct };
+const char* to_string(Placement placement);
+Placement placement_from_string(const std::string& name);  // throws naming the known ones
+void apply_placement(Placement placement, PlannerOptions& planner);
+
 struct TrainConfig {
   TransformerConfig model = preset_config("tiny");
   PlannerOptions planner;

@@ -2,7 +2,7 @@
 // (control), step by step, compared with memcmp equality: every parameter after every step and
 // every rank's loss, over 20 steps. For each world size and optimizer the oracle runs once and
 // every planner and tail policy must reproduce it exactly: the same trajectory out of every planner
-// at a given W (planner invariance).
+// at a given W (planner invariance), and out of the reconstruction baseline placement.
 #include "core/planner.h"
 #include "core/ranks.h"
 #include "oracle/oracle.h"
@@ -60,6 +60,10 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
       out.push_back({std::string(to_string(kind)) + "/" + to_string(tail), o});
     }
   }
+  // The baseline placement: FSDP2 even shards with Muon reconstructing each matrix in the step.
+  PlannerOptions reconstruct = base.planner;
+  apply_placement(Placement::reconstruct, reconstruct);
+  out.push_back({"placement reconstruct", reconstruct});
   return out;
 }
 
@@ -101,7 +105,7 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
   });
   for (const auto& f : failures) ADD_FAILURE() << f;
   if (failures.empty()) {
-    std::printf("W=%d %s: %zu planner/tail variants x %d steps bit-identical to the oracle (max |diff| 0)\n", W,
+    std::printf("W=%d %s: %zu planner/tail/placement variants x %d steps bit-identical to the oracle (max |diff| 0)\n", W,
                 to_string(optimizer), all.size(), kSteps);
   }
 }
