@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "core/dist_env.h"
 #include "oracle/oracle.h"
+#include "reference/zero1.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -45,7 +46,7 @@ std::vector<double> global_losses(RankContext& ctx, const std::vector<double>& l
 int run_verify(const VerifyArgs& a) {
   TrainConfig config;
   try {
-    apply_placement(placement_from_string(a.placement), config.planner);
+    if (a.placement != "zero1") apply_placement(placement_from_string(a.placement), config.planner);
     config.planner.planner = planner_kind_from_string(a.planner);
     TORCH_CHECK(config.planner.planner != PlannerKind::explicit_assignment, "verify: --planner explicit is for tests");
     config.planner.tail_policy = tail_policy_from_string(a.tail_policy);
@@ -65,7 +66,7 @@ int run_verify(const VerifyArgs& a) {
   bool equal_everywhere = true;
   auto body = [&](RankContext& ctx) {
     const Trajectory oracle = run_oracle(ctx, config);
-    const Trajectory owner = run_owner_recorded(ctx, config);
+    const Trajectory owner = a.placement == "zero1" ? run_zero1(ctx, config) : run_owner_recorded(ctx, config);
     const Comparison cmp = compare(oracle, owner);
     // Every rank's verdict and worst differences, to rank 0.
     at::Tensor mine = at::tensor({cmp.bitwise_equal ? 1.0 : 0.0, cmp.max_abs_diff, static_cast<double>(cmp.max_ulp)},
@@ -110,8 +111,8 @@ int run_verify(const VerifyArgs& a) {
     std::printf("%5s %22s %22s\n", "step", "loss (runtime)", "loss (oracle)");
     for (size_t s = 0; s < loss_owner.size(); ++s)
       std::printf("%5zu %22.17g %22.17g%s\n", s + 1, loss_owner[s], loss_oracle[s], loss_owner[s] == loss_oracle[s] ? "" : "  DIFFERS");
-    std::printf("bytes in the last step (rank 0, sent): runtime unshard %lld, grad_reduce %lld, optimizer_step %lld | "
-                "oracle grad_reduce %lld, optimizer_step %lld\n",
+    std::printf("bytes in the last step (rank 0, sent): %s unshard %lld, grad_reduce %lld, optimizer_step %lld | "
+                "oracle grad_reduce %lld, optimizer_step %lld\n", a.placement.c_str(),
                 static_cast<long long>(owner.last_step_bytes[0].bytes_sent), static_cast<long long>(owner.last_step_bytes[1].bytes_sent),
                 static_cast<long long>(owner.last_step_bytes[2].bytes_sent), static_cast<long long>(oracle.last_step_bytes[1].bytes_sent),
                 static_cast<long long>(oracle.last_step_bytes[2].bytes_sent));
@@ -133,7 +134,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   auto* cmd = app.add_subcommand("verify", "Run the owner-shaped runtime and the DDP oracle side by side; compare bit for bit");
   auto a = std::make_shared<VerifyArgs>();
   cmd->add_option("-w,--world-size", a->world_size, "Ranks (threads)")->check(CLI::Range(1, 64));
-  cmd->add_option("--placement", a->placement, "owner | reconstruct (the FSDP2 + Muon baseline)");
+  cmd->add_option("--placement", a->placement, "owner | reconstruct (FSDP2 + Muon baseline) | zero1 (ZeRO-1 owner baseline)");
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | adamw");

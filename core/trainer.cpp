@@ -34,8 +34,8 @@ const char* to_string(Placement placement) { return placement == Placement::owne
 Placement placement_from_string(const std::string& name) {
   if (name == "owner") return Placement::owner;
   if (name == "reconstruct") return Placement::reconstruct;
-  TORCH_CHECK(false, "placement '", name, "' is not available (owner, reconstruct; zero1, alltoall and ddp ",
-              "as training placements are not built yet — ddp is the oracle of mfsdp verify)");
+  TORCH_CHECK(false, "placement '", name, "' is not available here (owner, reconstruct; zero1 runs in mfsdp verify; ",
+              "alltoall is not built yet; ddp is the oracle of mfsdp verify)");
 }
 
 void apply_placement(Placement placement, PlannerOptions& planner) {

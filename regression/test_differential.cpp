@@ -2,10 +2,11 @@
 // (control), step by step, compared with memcmp equality: every parameter after every step and
 // every rank's loss, over 20 steps. For each world size and optimizer the oracle runs once and
 // every planner and tail policy must reproduce it exactly: the same trajectory out of every planner
-// at a given W (planner invariance), and out of the reconstruction baseline placement.
+// at a given W (planner invariance), and out of the reconstruction and ZeRO-1 baselines.
 #include "core/planner.h"
 #include "core/ranks.h"
 #include "oracle/oracle.h"
+#include "reference/zero1.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/full.h>
@@ -64,6 +65,8 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
   PlannerOptions reconstruct = base.planner;
   apply_placement(Placement::reconstruct, reconstruct);
   out.push_back({"placement reconstruct", reconstruct});
+  // The ZeRO-1 owner baseline (reference/zero1.h).
+  out.push_back({"placement zero1", base.planner});
   return out;
 }
 
@@ -94,7 +97,8 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
     for (const Variant& v : all) {
       TrainConfig c = base;
       c.planner = v.planner;
-      const Comparison cmp = compare(control, run_owner_recorded(ctx, c));
+      const Comparison cmp =
+          compare(control, v.name == "placement zero1" ? run_zero1(ctx, c) : run_owner_recorded(ctx, c));
       if (!cmp.bitwise_equal) {
         std::lock_guard<std::mutex> lock(mutex);
         failures.push_back("rank " + std::to_string(ctx.rank) + ", " + v.name + ": first difference at step " +
