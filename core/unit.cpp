@@ -106,14 +106,20 @@ void Unit::free_gathered() {
   impl->set_nbytes(0);
 }
 
-at::Tensor Unit::gathered_view(int64_t offset, at::IntArrayRef sizes) const {
-  // A fresh tensor over the gathered StorageImpl (its own version counter: refilling it never
-  // looks like an in-place change of a tensor autograd saved).
-  at::Tensor t = at::empty({0}, at::TensorOptions().dtype(layout_.dtype).device(device_));
+namespace {
+// A fresh contiguous tensor over `storage` (its own version counter: refilling the storage never
+// looks like an in-place change of a tensor autograd saved).
+at::Tensor alias(const c10::Storage& storage, int64_t offset, at::IntArrayRef sizes, const at::TensorOptions& opts) {
+  at::Tensor t = at::empty({0}, opts);
   std::vector<int64_t> strides(sizes.size(), 1);
   for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
-  t.set_(gathered_, offset, sizes, strides);
+  t.set_(storage, offset, sizes, strides);
   return t;
+}
+}  // namespace
+
+at::Tensor Unit::gathered_view(int64_t offset, at::IntArrayRef sizes) const {
+  return alias(gathered_, offset, sizes, segment_.options());
 }
 
 at::Tensor Unit::segment_of(int rank) const {
@@ -190,11 +196,7 @@ std::vector<at::Tensor> Unit::full_views() const {
       views.push_back(gathered_view(even_full_offset_[k], s.shape));
     } else if (s.owner == rank_) {
       const int64_t local = s.slices[0].offset - layout_.segments[rank_].offset;
-      at::Tensor t = at::empty({0}, segment_.options());
-      std::vector<int64_t> strides(s.shape.size(), 1);
-      for (int64_t d = static_cast<int64_t>(s.shape.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * s.shape[d + 1];
-      t.set_(segment_.storage(), segment_.storage_offset() + local, s.shape, strides);
-      views.push_back(t);
+      views.push_back(alias(segment_.storage(), segment_.storage_offset() + local, s.shape, segment_.options()));
     } else {
       const int64_t local = s.slices[0].offset - layout_.segments[s.owner].offset;
       views.push_back(gathered_view(other_segment_offset_[s.owner] + local, s.shape));
