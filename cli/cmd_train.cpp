@@ -7,6 +7,7 @@
 #include "core/memory_model.h"
 #include "core/trainer.h"
 
+#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
@@ -33,6 +34,9 @@ struct TrainArgs {
   double weight_decay = -1;
   bool deterministic = true;
   bool fast = false;
+  bool prefetch = false;
+  std::string device = "cpu";
+  std::string backend = "gloo";
   std::string metrics;
   std::string data;
   uint64_t seed = 0;
@@ -67,6 +71,8 @@ TrainConfig make_config(const TrainArgs& a) {
   c.planner.optimizer = optimizer_kind_from_string(a.optimizer);
   c.runtime.optimizer = c.planner.optimizer;
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
+  c.runtime.prefetch = a.prefetch;
+  TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
   c.runtime.non_finite = a.on_non_finite == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::fail;
   if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = a.lr;
   else c.runtime.muon.lr = 0.02, c.runtime.adamw.lr = 3e-3;
@@ -81,7 +87,9 @@ TrainConfig make_config(const TrainArgs& a) {
 }
 
 // The body every rank runs; rank 0 reports.
-void train_rank(RankContext& ctx, const TrainArgs& a, const TrainConfig& config) {
+void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
+  config.runtime.device = rank_device(a.device, ctx.rank);
+  if (!config.runtime.device.is_cpu()) apply_cuda_determinism(ctx.determinism);
   std::ofstream metrics;
   std::string tmp_metrics;
   if (ctx.rank == 0 && !a.metrics.empty()) {
@@ -90,11 +98,11 @@ void train_rank(RankContext& ctx, const TrainArgs& a, const TrainConfig& config)
     TORCH_CHECK(metrics, "train: cannot write metrics file '", tmp_metrics, "'");
   }
   if (ctx.rank == 0) {
-    std::printf("train: placement %s, %d rank(s), planner %s, tail %s, optimizer %s, %s reduction, "
+    std::printf("train: placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
                 "%d steps of %lld x %lld tokens per rank\n",
-                a.placement.c_str(), ctx.world_size, a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(),
-                a.fast ? "fast" : "deterministic", a.steps, static_cast<long long>(a.batch),
-                static_cast<long long>(a.seq));
+                a.placement.c_str(), ctx.world_size, a.device.c_str(), a.backend.c_str(), a.planner.c_str(),
+                a.tail_policy.c_str(), a.optimizer.c_str(), a.fast ? "fast" : "deterministic",
+                a.prefetch ? ", prefetch" : "", a.steps, static_cast<long long>(a.batch), static_cast<long long>(a.seq));
     std::fflush(stdout);
   }
   auto report = [&](const StepMetrics& m) {
@@ -130,9 +138,11 @@ void train_rank(RankContext& ctx, const TrainArgs& a, const TrainConfig& config)
                            last.bytes[1].bytes_recv, last.bytes[2].calls, last.bytes[2].bytes_sent + last.bytes[2].bytes_recv,
                            last.resident_bytes, last.peak_gathered_bytes};
   const int64_t n = static_cast<int64_t>(row.size());
-  at::Tensor mine = at::tensor(row, at::TensorOptions().dtype(at::kLong));
-  at::Tensor all = at::empty({ctx.world_size * n}, at::TensorOptions().dtype(at::kLong));
-  ctx.backend->_allgather_base(all, mine)->wait();
+  Communicator comm(ctx.backend);
+  at::Tensor mine = at::tensor(row, at::TensorOptions().dtype(at::kLong)).to(comm.control_device());
+  at::Tensor all = at::empty({ctx.world_size * n}, comm.control_options(at::kLong));
+  comm.allgather(all, mine)->wait();
+  all = all.cpu();
   if (ctx.rank != 0) return;
   std::printf("\nper rank, last step:  unshard recv / sent | grad reduce sent / recv | optimizer step calls, bytes | "
               "resident | peak gathered\n");
@@ -168,11 +178,15 @@ int run_train(const TrainArgs& a) {
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
+  // One clear error up front instead of one per rank.
+  TORCH_CHECK(a.device != "cuda" || at::globalContext().hasCUDA(),
+              "train: --device cuda, but no CUDA device is visible (torch.cuda.is_available() is false); use --device cpu");
   RanksOptions ranks;
   ranks.world_size = a.world_size;
   ranks.timeout = std::chrono::seconds(a.timeout_s);
   ranks.determinism = a.fast ? Determinism::fast : Determinism::deterministic;
   ranks.seed = a.seed;
+  ranks.backend = backend_kind_from_string(a.backend);
   auto body = [&](RankContext& ctx) { train_rank(ctx, a, config); };
   if (auto env = read_launch_env()) {
     run_as_launched_rank(*env, ranks, body);
@@ -209,6 +223,10 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--weight-decay", a->weight_decay, "Weight decay (default: the optimizer's)");
   auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
   cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);
+  cmd->add_flag("--prefetch", a->prefetch, "Overlap: unshard the next unit (revive the previous one in backward) while this one computes");
+  cmd->add_option("--device", a->device, "cpu | cuda (rank r on GPU r mod count)")->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--backend", a->backend, "gloo (CPU or CUDA tensors) | nccl (CUDA, one GPU per rank)")
+      ->check(CLI::IsMember({"gloo", "nccl"}));
   cmd->add_option("--metrics", a->metrics, "Write JSON lines (one per step, then a summary) to this file");
   cmd->add_option("--data", a->data, std::string("Training text (default: ") + kDefaultCorpus + ")");
   cmd->add_option("--seed", a->seed, "Seed of weights and batches");

@@ -1,5 +1,7 @@
 #include "core/communicator.h"
 
+#include "core/process_group.h"
+
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
@@ -20,7 +22,9 @@ const char* to_string(Phase phase) {
 }
 
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> backend)
-    : backend_(std::move(backend)), rank_(backend_->getRank()), world_size_(backend_->getSize()) {}
+    : backend_(std::move(backend)), rank_(backend_->getRank()), world_size_(backend_->getSize()) {
+  if (backend_->getBackendName() == "nccl") control_device_ = current_cuda_device();
+}
 
 PhaseCounters Communicator::total() const {
   PhaseCounters t;
@@ -83,6 +87,20 @@ c10::intrusive_ptr<c10d::Work> Communicator::allgather(at::Tensor& output, at::T
   return backend_->_allgather_base(output, input);
 }
 
+c10::intrusive_ptr<c10d::Work> Communicator::reduce_scatter_sum(at::Tensor& output, at::Tensor& input) {
+  require_contiguous(output, "reduce_scatter");
+  require_contiguous(input, "reduce_scatter");
+  TORCH_CHECK(input.numel() == output.numel() * world_size_, "communicator: rank ", rank_, ": reduce_scatter input has ",
+              input.numel(), " elements, expected world size x ", output.numel());
+  auto& c = current();
+  ++c.calls;
+  c.bytes_sent += output.nbytes() * (world_size_ - 1);  // every chunk but its own leaves the rank
+  c.bytes_recv += output.nbytes() * (world_size_ - 1);
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return backend_->_reduce_scatter_base(output, input, o);
+}
+
 c10::intrusive_ptr<c10d::Work> Communicator::alltoall(at::Tensor& output, at::Tensor& input,
                                                       std::vector<int64_t> output_splits,
                                                       std::vector<int64_t> input_splits) {
@@ -106,9 +124,10 @@ void Communicator::barrier() {
 }
 
 void Communicator::check_same_plan(uint64_t plan_hash) {
-  at::Tensor mine = at::tensor({static_cast<int64_t>(plan_hash)}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor all = at::empty({world_size_}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor mine = at::tensor({static_cast<int64_t>(plan_hash)}, at::TensorOptions().dtype(at::kLong)).to(control_device_);
+  at::Tensor all = at::empty({world_size_}, control_options(at::kLong));
   allgather(all, mine)->wait();
+  all = all.cpu();
   const auto* h = all.const_data_ptr<int64_t>();
   std::ostringstream differ;
   bool mismatch = false;

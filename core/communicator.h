@@ -32,6 +32,12 @@ class Communicator {
   explicit Communicator(c10::intrusive_ptr<c10d::Backend> backend);
 
   int rank() const { return rank_; }
+  // Where small control tensors (flags, hashes, losses) must live for this backend: the current
+  // CUDA device for NCCL, the CPU for Gloo (which also takes CUDA tensors for data).
+  at::Device control_device() const { return control_device_; }
+  at::TensorOptions control_options(c10::ScalarType dtype) const {
+    return at::TensorOptions().dtype(dtype).device(control_device_);
+  }
   int world_size() const { return world_size_; }
   c10d::Backend& backend() { return *backend_; }
 
@@ -44,6 +50,8 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> reduce_sum(at::Tensor& tensor, int root);
   c10::intrusive_ptr<c10d::Work> allreduce_sum(at::Tensor& tensor);
   c10::intrusive_ptr<c10d::Work> allgather(at::Tensor& output, at::Tensor& input);
+  // `input` holds W equal chunks; rank r's `output` receives the sum of every rank's chunk r.
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(at::Tensor& output, at::Tensor& input);
   // Splits count elements of dim 0 (the tensors are 1-D in the runtime).
   c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& output, at::Tensor& input, std::vector<int64_t> output_splits,
                                           std::vector<int64_t> input_splits);
@@ -64,6 +72,7 @@ class Communicator {
   c10::intrusive_ptr<c10d::Backend> backend_;
   int rank_;
   int world_size_;
+  at::Device control_device_ = at::kCPU;
   Phase phase_ = Phase::other;
   std::array<PhaseCounters, kNumPhases> counters_{};
 };

@@ -1,7 +1,10 @@
 #include "core/determinism.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
+
+#include <cstdlib>
 
 namespace mfsdp {
 
@@ -9,6 +12,12 @@ void apply_determinism(Determinism mode) {
   if (mode == Determinism::deterministic) {
     if (at::get_num_threads() != 1) at::set_num_threads(1);
   }
+}
+
+void apply_cuda_determinism(Determinism mode) {
+  if (mode != Determinism::deterministic) return;
+  ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
 }
 
 namespace {

@@ -16,6 +16,11 @@ enum class Determinism {
 // threads created later start with one thread too). Idempotent.
 void apply_determinism(Determinism mode);
 
+// For CUDA runs in deterministic mode: ATen's deterministic algorithms (an op without one
+// throws instead of silently differing) and a fixed cuBLAS workspace (CUBLAS_WORKSPACE_CONFIG,
+// unless already set; call before the first CUDA matmul). Idempotent; a no-op for `fast`.
+void apply_cuda_determinism(Determinism mode);
+
 // A CPU generator private to one rank, seeded from (seed, rank) so ranks draw independent
 // streams and no rank touches the process-global default generator.
 at::Generator make_rank_generator(std::uint64_t seed, int rank);

@@ -41,7 +41,7 @@ at::Tensor maybe_bias(const ParamMap& p, const std::string& name) {
 TransformerModel::TransformerModel(TransformerConfig config)
     : config_(std::move(config)), spec_(transformer_spec(config_)) {}
 
-ParamMap TransformerModel::init(uint64_t seed) const {
+ParamMap TransformerModel::init(uint64_t seed, at::Device device) const {
   at::Generator gen = make_shared_generator(seed);
   ParamMap params;
   for (const ParamSpec& p : spec_.params) {
@@ -52,7 +52,7 @@ ParamMap TransformerModel::init(uint64_t seed) const {
     } else {
       t = at::empty(p.shape, at::TensorOptions().dtype(at::kFloat)).normal_(0.0, 0.02, gen).to(p.dtype);
     }
-    params.emplace(p.name, t);
+    params.emplace(p.name, device.is_cpu() ? t : t.to(device));
   }
   return params;
 }

@@ -25,8 +25,9 @@ class TransformerModel {
   int num_units() const { return static_cast<int>(config_.layers) + 2; }
 
   // Initial full parameters, identical on every rank for the same seed: hidden matrices and
-  // embeddings N(0, 0.02), the head N(0, 0.02), norms 1, biases 0.
-  ParamMap init(uint64_t seed) const;
+  // embeddings N(0, 0.02), the head N(0, 0.02), norms 1, biases 0. Drawn on the CPU and then
+  // copied to `device`, so every device starts from the same bits.
+  ParamMap init(uint64_t seed, at::Device device = at::kCPU) const;
 
   // Unit `u` of the forward pass: embed takes token ids [B, S]; blocks map hidden [B, S, H] to
   // [B, S, H]; head returns the mean cross-entropy against `targets` [B, S].

@@ -6,6 +6,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <c10/core/Device.h>
 
 #include <chrono>
 #include <cstdint>
@@ -48,6 +49,13 @@ c10::intrusive_ptr<c10d::Store> make_tcp_store(const std::string& host, std::uin
                                                bool is_server, int world_size,
                                                std::chrono::milliseconds timeout);
 std::uint16_t tcp_store_port(const c10::intrusive_ptr<c10d::Store>& store);
+
+// The compute device of `rank` for a device kind ("cpu" or "cuda"). For cuda: GPU rank % device
+// count, made current for the calling thread (so ranks as threads each bind their own). Throws
+// naming the rank when no GPU is visible.
+at::Device rank_device(const std::string& kind, int rank);
+// The calling thread's current CUDA device (throws where CUDA is not compiled in).
+at::Device current_cuda_device();
 
 // A fresh in-memory store for ranks that are threads of one process.
 c10::intrusive_ptr<c10d::Store> make_hash_store(std::chrono::milliseconds timeout);

@@ -1,5 +1,6 @@
 #include "core/runtime.h"
 
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros_like.h>
 #include <ATen/ops/isfinite.h>
@@ -7,6 +8,8 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
+
+#include <numeric>
 
 namespace mfsdp {
 namespace {
@@ -50,6 +53,8 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
 };
 
 }  // namespace
+
+const char* to_string(EvenMatrixStep step) { return step == EvenMatrixStep::allgather ? "allgather" : "alltoall"; }
 
 OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options,
                            const ParamMap& full_init)
@@ -105,8 +110,13 @@ void OwnerRuntime::track_peak() { peak_gathered_ = std::max(peak_gathered_, gath
 
 ParamMap OwnerRuntime::unshard(int u) {
   Unit& unit = *units_.at(u);
-  unit.unshard();
+  if (unit.state() == UnitState::sharded) unit.unshard_async();  // else prefetched
   track_peak();
+  unit.wait_fill();
+  if (options_.prefetch && u + 1 < num_units() && units_[u + 1]->state() == UnitState::sharded) {
+    units_[u + 1]->unshard_async();  // moves while unit u computes
+    track_peak();
+  }
   variable_list full = UnitGather::apply(anchors_[u], reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
   ParamMap params;
   for (size_t k = 0; k < unit.shards().size(); ++k) params.emplace(plan_.shards()[unit.shards()[k]].name, full[k]);
@@ -120,14 +130,27 @@ at::Tensor OwnerRuntime::after_forward(int u, const at::Tensor& output) {
   if (backward_will_come) out = PreBackward::apply(output, reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
   if (!backward_will_come) unit.reshard(/*keep_for_backward=*/false);
   else if (options_.reshard_after_forward) unit.reshard(/*keep_for_backward=*/true);
+  if (backward_will_come) forward_order_.push_back(u);
   return out;
 }
 
 void OwnerRuntime::revive_unit(int u) {
   Unit& unit = *units_.at(u);
   if (unit.state() == UnitState::pinned) {
-    unit.revive();
+    unit.revive_async();
     track_peak();
+  }
+  unit.wait_fill();  // a prefetched revive completes here
+  if (!options_.prefetch) return;
+  // Backward visits units in reverse forward order: start reviving the one before u.
+  for (size_t k = 1; k < forward_order_.size(); ++k) {
+    if (forward_order_[k] != u) continue;
+    Unit& previous = *units_[forward_order_[k - 1]];
+    if (previous.state() == UnitState::pinned) {
+      previous.revive_async();
+      track_peak();
+    }
+    break;
   }
 }
 
@@ -146,6 +169,7 @@ void OwnerRuntime::finish_backward() {
   callback_queued_ = false;
   for (int u : reduce_order_) units_[u]->finish_reduction();
   reduce_order_.clear();
+  forward_order_.clear();
   for (auto& unit : units_) {
     TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": unit '", unit->name(),
                 "' is ", to_string(unit->state()), " at the end of backward (did the loss depend on it?)");
@@ -161,7 +185,9 @@ void OwnerRuntime::finish_backward() {
   flags[comm_.rank()] = first_bad;
   {
     PhaseScope phase(comm_, Phase::grad_reduce);
-    comm_.allreduce_sum(flags)->wait();
+    at::Tensor on_device = flags.to(comm_.control_device());
+    comm_.allreduce_sum(on_device)->wait();
+    flags = on_device.cpu();
   }
   pending_report_ = StepReport{};
   for (int r = 0; r < comm_.world_size(); ++r) {
@@ -187,9 +213,11 @@ StepReport OwnerRuntime::step() {
     report.skipped = true;
     return report;
   }
+  std::vector<int> even_matrices;
   for (size_t i = 0; i < plan_.shards().size(); ++i) {
     if (reconstruct_[i]) {
-      reconstruct_muon_step(static_cast<int>(i));
+      if (options_.even_matrix_step == EvenMatrixStep::alltoall) even_matrices.push_back(static_cast<int>(i));
+      else reconstruct_muon_step(static_cast<int>(i));
       continue;
     }
     if (!optimizers_[i]) continue;
@@ -197,7 +225,84 @@ StepReport OwnerRuntime::step() {
     at::Tensor param = unit.local_param(static_cast<int>(i));
     optimizers_[i]->step(param, unit.local_grad(static_cast<int>(i)));
   }
+  if (!even_matrices.empty()) alltoall_muon_step(even_matrices);
   return report;
+}
+
+at::Tensor OwnerRuntime::muon_update_input(int i) {
+  Unit& unit = *units_[plan_.shards()[i].unit];
+  at::Tensor grad = unit.local_grad(i);
+  if (!grad.defined()) return grad;
+  const MuonOptions& o = options_.muon;
+  at::Tensor& buf = reconstruct_buf_[i];
+  if (!buf.defined()) buf = at::zeros_like(grad);
+  buf.lerp_(grad, 1 - o.momentum);
+  return o.nesterov ? grad.lerp(buf, o.momentum) : buf.clone();
+}
+
+// The all-to-all baseline. Round k handles matrices k*W .. k*W+W-1 of `shards`; matrix k*W+j is
+// assigned to rank j. Every rank sends its rows of each round matrix to that matrix's rank (one
+// uneven all-to-all), the assigned rank runs Newton–Schulz on the whole matrix once, and a second
+// all-to-all returns to every rank its rows of each update.
+void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
+  const MuonOptions& o = options_.muon;
+  const int W = comm_.world_size(), me = comm_.rank();
+  auto rows_of = [&](const MatrixShard& s, int rank) -> const ShardSlice& {
+    for (const ShardSlice& sl : s.slices)
+      if (sl.rank == rank) return sl;
+    TORCH_INTERNAL_ASSERT(false, "no slice of ", s.name, " for rank ", rank);
+  };
+  const c10::ScalarType dtype = plan_.shards()[shards[0]].dtype;
+  const at::TensorOptions opts = units_[plan_.shards()[shards[0]].unit]->segment().options();
+  for (size_t start = 0; start < shards.size(); start += W) {
+    const int n = static_cast<int>(std::min<size_t>(W, shards.size() - start));
+    std::vector<at::Tensor> inputs(n);
+    std::vector<int64_t> send(W, 0), recv(W, 0);
+    for (int j = 0; j < n; ++j) {
+      const MatrixShard& s = plan_.shards()[shards[start + j]];
+      TORCH_CHECK(s.dtype == dtype, "runtime: all-to-all Muon needs one dtype for every even matrix ('", s.name, "' is ",
+                  c10::toString(s.dtype), ", not ", c10::toString(dtype), ")");
+      inputs[j] = muon_update_input(shards[start + j]);
+      send[j] = rows_of(s, me).rows * s.shape[1];
+    }
+    const MatrixShard* mine = me < n ? &plan_.shards()[shards[start + me]] : nullptr;
+    for (int r = 0; r < W && mine; ++r) recv[r] = rows_of(*mine, r).rows * mine->shape[1];
+    std::vector<at::Tensor> flat;
+    for (const at::Tensor& t : inputs)
+      if (t.defined()) flat.push_back(t.reshape({-1}));
+    at::Tensor out_rows = at::empty({std::accumulate(recv.begin(), recv.end(), int64_t{0})}, opts);
+    at::Tensor in_rows = flat.empty() ? at::empty({0}, opts) : at::cat(flat);
+    if (W > 1) comm_.alltoall(out_rows, in_rows, recv, send)->wait();
+    else out_rows = in_rows;
+
+    // The assigned matrix, whole (rows in rank order are rows in order), orthogonalised once.
+    at::Tensor back_in = at::empty({0}, opts);
+    if (mine) {
+      at::Tensor full = at::empty(mine->shape, opts);
+      int64_t cursor = 0;
+      for (int r = 0; r < W; ++r) {
+        const ShardSlice& sl = rows_of(*mine, r);
+        TORCH_INTERNAL_ASSERT(sl.rows == 0 || sl.row_begin * mine->shape[1] == cursor, "even slices out of rank order");
+        full.narrow(0, sl.row_begin, sl.rows).view({-1}).copy_(out_rows.narrow(0, cursor, recv[r]));
+        cursor += recv[r];
+      }
+      back_in = newton_schulz(full, o).contiguous().view({-1});  // rank r's rows are contiguous, in rank order
+    }
+    at::Tensor back_out = at::empty({std::accumulate(send.begin(), send.end(), int64_t{0})}, opts);
+    if (W > 1) comm_.alltoall(back_out, back_in, send, recv)->wait();
+    else back_out = back_in;
+    int64_t cursor = 0;
+    for (int j = 0; j < n; ++j) {
+      if (send[j] == 0) continue;
+      const int i = shards[start + j];
+      const MatrixShard& s = plan_.shards()[i];
+      at::Tensor param = units_[s.unit]->local_param(i);
+      param.mul_(1 - o.lr * o.weight_decay);
+      param.add_(back_out.narrow(0, cursor, send[j]).view(param.sizes()),
+                 -muon_adjusted_lr(o.lr, o.adjust_lr_fn, s.shape[0], s.shape[1]));
+      cursor += send[j];
+    }
+  }
 }
 
 // The reconstruction baseline (stock FSDP2 + Muon): momentum stays row-sharded; the Nesterov input
@@ -213,10 +318,7 @@ void OwnerRuntime::reconstruct_muon_step(int i) {
   at::Tensor padded = at::zeros({chunk, cols}, unit.segment().options());
   int64_t my_rows = 0, my_begin = 0;
   if (param.defined()) {
-    at::Tensor& buf = reconstruct_buf_[i];
-    if (!buf.defined()) buf = at::zeros_like(grad);
-    buf.lerp_(grad, 1 - o.momentum);
-    padded.narrow(0, 0, grad.size(0)).copy_(o.nesterov ? grad.lerp(buf, o.momentum) : buf);
+    padded.narrow(0, 0, grad.size(0)).copy_(muon_update_input(i));
     my_rows = grad.size(0);
     for (const ShardSlice& sl : s.slices)
       if (sl.rank == comm_.rank()) my_begin = sl.row_begin;
@@ -247,7 +349,9 @@ ParamMap OwnerRuntime::gather_full_params() {
   for (auto& unit : units_) {
     unit->unshard();
     std::vector<at::Tensor> views = unit->full_views();
-    for (size_t k = 0; k < views.size(); ++k) out.emplace(plan_.shards()[unit->shards()[k]].name, views[k].clone());
+    for (size_t k = 0; k < views.size(); ++k) {
+      out.emplace(plan_.shards()[unit->shards()[k]].name, views[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    }
     unit->reshard(/*keep_for_backward=*/false);
   }
   return out;

@@ -28,12 +28,28 @@ enum class NonFinitePolicy {
   skip,  // step() skips the update and reports it
 };
 
+// How Muon steps a hidden matrix kept in even row shards (the baselines; owner plans own them):
+enum class EvenMatrixStep {
+  allgather,  // stock FSDP2 + Muon: all-gather the full update input on every rank, Newton–Schulz
+              // redundantly everywhere, keep the local rows
+  alltoall,   // DistMuon / Dion style: matrices assigned round-robin; per round of W matrices one
+              // all-to-all gives each rank its matrix whole, Newton–Schulz once, one all-to-all
+              // sends every rank its rows of the updates
+};
+const char* to_string(EvenMatrixStep step);
+
 struct RuntimeOptions {
   ReduceMode reduce = ReduceMode::deterministic;
   UnshardStrategy unshard = UnshardStrategy::broadcast;  // measured faster on Gloo (bench_unshard)
   bool reshard_after_forward = true;  // false: keep gathered memory until backward (no revive)
+  // Overlap communication with compute: issue unit u+1's unshard before unit u's forward runs,
+  // and the revive of the unit before u (in forward order) before u's backward runs. At most two
+  // units' gathered memory is resident at once instead of one. The same collectives in the same
+  // order on every rank, so results are bitwise those without prefetch.
+  bool prefetch = false;
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
   OptimizerKind optimizer = OptimizerKind::muon;  // for owned matrices; everything else AdamW
+  EvenMatrixStep even_matrix_step = EvenMatrixStep::allgather;
   MuonOptions muon;
   AdamWOptions adamw;
   at::Device device = at::kCPU;
@@ -53,6 +69,7 @@ class OwnerRuntime {
 
   const OwnershipPlan& plan() const { return plan_; }
   Communicator& comm() { return comm_; }
+  const RuntimeOptions& options() const { return options_; }
   int num_units() const { return static_cast<int>(units_.size()); }
   Unit& unit(int u) { return *units_.at(u); }
 
@@ -71,7 +88,7 @@ class OwnerRuntime {
   // This rank's stored part of parameter `name` and its gradient (undefined if none stored).
   at::Tensor local_param(const std::string& name);
   at::Tensor local_grad(const std::string& name);
-  // Every parameter in full on every rank (collectives in phase `other`): for verification.
+  // Every parameter in full on every rank, as CPU tensors (collectives in phase `other`).
   ParamMap gather_full_params();
 
   int64_t resident_bytes() const;    // segments + segment gradients + optimizer state
@@ -87,6 +104,8 @@ class OwnerRuntime {
  private:
   void track_peak();
   void reconstruct_muon_step(int shard);
+  void alltoall_muon_step(const std::vector<int>& shards);
+  at::Tensor muon_update_input(int shard);  // row-sharded momentum update; this rank's rows of the NS input
 
   const OwnershipPlan& plan_;
   Communicator& comm_;
@@ -97,6 +116,7 @@ class OwnerRuntime {
   std::vector<bool> reconstruct_;             // per shard: stepped by the reconstruction baseline
   std::vector<at::Tensor> reconstruct_buf_;   // its row-sharded momentum
   std::vector<int> reduce_order_;     // units in the order their reductions were issued
+  std::vector<int> forward_order_;    // units in the order after_forward pinned them (this step)
   bool callback_queued_ = false;
   int64_t peak_gathered_ = 0;
   StepReport pending_report_;

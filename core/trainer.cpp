@@ -19,9 +19,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Mean of every rank's loss, summed in rank order (one all-gather, phase `other`).
 double global_mean(Communicator& comm, double local) {
   PhaseScope phase(comm, Phase::other);
-  at::Tensor mine = at::tensor({local}, at::TensorOptions().dtype(at::kDouble));
-  at::Tensor all = at::empty({comm.world_size()}, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor mine = at::tensor({local}, at::TensorOptions().dtype(at::kDouble)).to(comm.control_device());
+  at::Tensor all = at::empty({comm.world_size()}, comm.control_options(at::kDouble));
   comm.allgather(all, mine)->wait();
+  all = all.cpu();
   double sum = 0;
   for (int r = 0; r < comm.world_size(); ++r) sum += all[r].item<double>();
   return sum / comm.world_size();
@@ -50,7 +51,8 @@ TrainResult train_owner(RankContext& ctx, const TrainConfig& config,
   TORCH_CHECK(config.model.vocab >= 256, "train: the byte-level corpus needs a vocabulary of at least 256");
   OwnershipPlan plan = make_plan(model.spec(), ctx.world_size, config.planner);
   Communicator comm(ctx.backend);
-  OwnerRuntime rt(plan, comm, config.runtime, model.init(config.seed));
+  const at::Device device = config.runtime.device;
+  OwnerRuntime rt(plan, comm, config.runtime, model.init(config.seed, device));
   TrainResult result;
   result.plan_hash = plan.hash();
   for (int step = 0; step < config.steps; ++step) {
@@ -58,6 +60,7 @@ TrainResult train_owner(RankContext& ctx, const TrainConfig& config,
     m.step = step + 1;
     comm.reset_counters();
     auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, config.batch, config.seq);
+    if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
 
     auto t0 = std::chrono::steady_clock::now();
     at::Tensor x = tokens;

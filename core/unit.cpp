@@ -127,29 +127,38 @@ at::Tensor Unit::segment_of(int rank) const {
   return gathered_view(other_segment_offset_[rank], {layout_.segments[rank].numel});
 }
 
-void Unit::fill_gathered() {
+void Unit::begin_fill() {
   PhaseScope phase(comm_, Phase::unshard);
   const int W = plan_.world_size();
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  int64_t skip = 0;  // elements at the start of each segment already moved by the all-gather
-  at::Tensor prefixes;
+  int64_t skip = 0;  // elements at the start of each segment moved by the all-gather
   if (strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1) {
-    prefixes = at::empty({W * even_prefix_}, segment_.options());
+    fill_prefixes_ = at::empty({W * even_prefix_}, segment_.options());
     at::Tensor mine = segment_.narrow(0, 0, even_prefix_);
-    works.push_back(comm_.allgather(prefixes, mine));
+    fill_works_.push_back(comm_.allgather(fill_prefixes_, mine));
     skip = even_prefix_;
   }
   for (int r = 0; r < W; ++r) {
     const int64_t rest = layout_.segments[r].numel - skip;
     if (rest == 0) continue;  // empty segments (or remainders) never move
     at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends from its own segment_
-    works.push_back(comm_.broadcast(target, r));
+    fill_works_.push_back(comm_.broadcast(target, r));
   }
-  for (auto& w : works) w->wait();
-  if (prefixes.defined()) {
+  fill_pending_ = true;
+}
+
+void Unit::end_fill() {
+  {
+    PhaseScope phase(comm_, Phase::unshard);
+    for (auto& w : fill_works_) w->wait();
+  }
+  fill_works_.clear();
+  fill_pending_ = false;
+  const int W = plan_.world_size();
+  if (fill_prefixes_.defined()) {
     for (int r = 0; r < W; ++r) {
-      if (r != rank_) segment_of(r).narrow(0, 0, even_prefix_).copy_(prefixes.narrow(0, r * even_prefix_, even_prefix_));
+      if (r != rank_) segment_of(r).narrow(0, 0, even_prefix_).copy_(fill_prefixes_.narrow(0, r * even_prefix_, even_prefix_));
     }
+    fill_prefixes_ = at::Tensor();
   }
   // Copy out even-sharded parameters: each rank's real rows into the full tensor.
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
@@ -167,20 +176,35 @@ void Unit::fill_gathered() {
 }
 
 void Unit::unshard() {
+  unshard_async();
+  wait_fill();
+}
+
+void Unit::unshard_async() {
   transition(UnitState::unsharded);
   allocate_gathered();
-  fill_gathered();
+  begin_fill();
 }
 
 void Unit::reshard(bool keep_for_backward) {
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": reshard while its unshard is in flight");
   transition(keep_for_backward ? UnitState::pinned : UnitState::sharded);
   free_gathered();
 }
 
 void Unit::revive() {
+  revive_async();
+  wait_fill();
+}
+
+void Unit::revive_async() {
   transition(UnitState::revived);
   allocate_gathered();
-  fill_gathered();
+  begin_fill();
+}
+
+void Unit::wait_fill() {
+  if (fill_in_flight()) end_fill();
 }
 
 void Unit::release() {
@@ -189,6 +213,7 @@ void Unit::release() {
 }
 
 std::vector<at::Tensor> Unit::full_views() const {
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": full views read while the fill is in flight");
   std::vector<at::Tensor> views;
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];
@@ -228,6 +253,7 @@ at::Tensor Unit::local_grad(int shard) const {
 void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode mode) {
   TORCH_CHECK(full_grads.size() == layout_.shards.size(), "unit '", layout_.name, "': expected ",
               layout_.shards.size(), " gradients, got ", full_grads.size());
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": gradients reduced while its fill is in flight");
   transition(UnitState::reducing);
   free_gathered();
   reduce_mode_ = mode;
@@ -258,11 +284,22 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
       for (int r = 0; r < W; ++r) in_splits.push_back(layout_.segments[r].numel);
       pending_.push_back(comm_.alltoall(contributions_, grad_flat_, out_splits, in_splits));
     }
-  } else {
-    for (int r = 0; r < W && W > 1; ++r) {
+  } else if (W > 1) {
+    // The tail's equal-size even prefixes in one reduce-scatter (packed rank after rank), then a
+    // native reduce for each rank's owned remainder.
+    if (even_prefix_ > 0) {
+      at::Tensor packed = at::empty({W * even_prefix_}, segment_.options());
+      for (int r = 0; r < W; ++r) {
+        packed.narrow(0, r * even_prefix_, even_prefix_).copy_(grad_flat_.narrow(0, layout_.segments[r].offset, even_prefix_));
+      }
+      prefix_sum_ = at::empty({even_prefix_}, segment_.options());
+      pending_.push_back(comm_.reduce_scatter_sum(prefix_sum_, packed));
+      contributions_ = packed;  // kept alive until the reduce-scatter completes
+    }
+    for (int r = 0; r < W; ++r) {
       const Segment& seg = layout_.segments[r];
-      if (seg.numel == 0) continue;
-      at::Tensor region = grad_flat_.narrow(0, seg.offset, seg.numel);
+      if (seg.numel == even_prefix_) continue;
+      at::Tensor region = grad_flat_.narrow(0, seg.offset + even_prefix_, seg.numel - even_prefix_);
       pending_.push_back(comm_.reduce_sum(region, r));
     }
   }
@@ -285,11 +322,13 @@ void Unit::finish_reduction() {
       segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));
     } else {
       at::Tensor sum = grad_flat_.narrow(0, layout_.segments[rank_].offset, mine);
+      if (prefix_sum_.defined()) sum.narrow(0, 0, even_prefix_).copy_(prefix_sum_);
       segment_grad_.copy_(sum.div(static_cast<double>(W)));
     }
   }
   grad_flat_ = at::Tensor();
   contributions_ = at::Tensor();
+  prefix_sum_ = at::Tensor();
   transition(UnitState::sharded);
 }
 

@@ -43,7 +43,8 @@ const char* to_string(UnshardStrategy strategy);
 
 enum class ReduceMode {
   deterministic,  // contributions gathered on the owner, added in rank order 0..W-1, divided once
-  fast,           // native reduce(SUM) per segment, then divided once
+  fast,           // native: one reduce-scatter of the equal-size even prefixes (the tail), one
+                  // reduce(SUM) per rank's owned remainder; then divided once
 };
 const char* to_string(ReduceMode mode);
 
@@ -67,6 +68,13 @@ class Unit {
   void unshard();                                      // sharded -> unsharded
   void reshard(bool keep_for_backward);                // unsharded -> pinned | sharded
   void revive();                                       // pinned -> revived
+  // Prefetch: the same moves, but only issued; the storage is allocated and the collectives are
+  // in flight. wait_fill() completes them (a no-op when nothing is in flight); every reader of
+  // the gathered storage calls it first.
+  void unshard_async();                                // sharded -> unsharded (fill in flight)
+  void revive_async();                                 // pinned -> revived (fill in flight)
+  void wait_fill();
+  bool fill_in_flight() const { return !fill_works_.empty() || fill_pending_; }
   void release();                                      // pinned -> sharded (no backward will come)
   void reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode mode);  // -> reducing
   void finish_reduction();                             // reducing -> sharded; segment_grad_ set
@@ -88,7 +96,8 @@ class Unit {
   int64_t elem_size() const;
   void allocate_gathered();
   void free_gathered();
-  void fill_gathered();  // move every other segment here (per strategy_); copy out even params
+  void begin_fill();  // issue the moves of every other segment here (per strategy_)
+  void end_fill();    // wait for them; copy out even params
   at::Tensor gathered_view(int64_t offset, at::IntArrayRef sizes) const;
   at::Tensor segment_of(int rank) const;  // rank's segment: segment_ or its place in gathered
 
@@ -108,10 +117,15 @@ class Unit {
   UnshardStrategy strategy_;
   int64_t even_prefix_ = 0;  // elements at the start of every segment holding even slices (equal on all ranks)
 
+  // In-flight fill (unshard or revive).
+  std::vector<c10::intrusive_ptr<c10d::Work>> fill_works_;
+  at::Tensor fill_prefixes_;
+  bool fill_pending_ = false;
+
   // In-flight reduction.
   ReduceMode reduce_mode_ = ReduceMode::deterministic;
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
-  at::Tensor grad_flat_, contributions_;
+  at::Tensor grad_flat_, contributions_, prefix_sum_;
 };
 
 }  // namespace mfsdp

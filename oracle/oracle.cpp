@@ -62,15 +62,17 @@ Trajectory run_oracle(RankContext& ctx, const TrainConfig& config) {
   TransformerModel model(config.model);
   const ByteCorpus corpus = ByteCorpus::load(config.data);
   Communicator comm(ctx.backend);
-  DdpOracle oracle(model, comm, config.runtime, model.init(config.seed));
+  const at::Device device = config.runtime.device;
+  DdpOracle oracle(model, comm, config.runtime, model.init(config.seed, device));
   Trajectory t;
   for (int step = 0; step < config.steps; ++step) {
     auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, config.batch, config.seq);
+    if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
     comm.reset_counters();
     t.local_losses.push_back(oracle.step(tokens, targets));
     for (int p = 0; p < kNumPhases; ++p) t.last_step_bytes[p] = comm.counters(static_cast<Phase>(p));
     ParamMap snapshot;
-    for (const auto& [name, p] : oracle.params()) snapshot.emplace(name, p.detach().clone());
+    for (const auto& [name, p] : oracle.params()) snapshot.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
     t.params.push_back(std::move(snapshot));
   }
   return t;

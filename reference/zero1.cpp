@@ -26,7 +26,8 @@ Trajectory run_zero1(RankContext& ctx, const TrainConfig& config) {
 
   ParamMap params;
   std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers;  // owned here only
-  const ParamMap init = model.init(config.seed);
+  const at::Device device = config.runtime.device;
+  const ParamMap init = model.init(config.seed, device);
   for (const ParamSpec& p : model.spec().params) {
     params.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
     if (plan.shard(p.name).owner != me) continue;
@@ -42,6 +43,7 @@ Trajectory run_zero1(RankContext& ctx, const TrainConfig& config) {
   Trajectory t;
   for (int step = 0; step < config.steps; ++step) {
     auto [tokens, targets] = corpus.batch(config.seed, step, me, config.batch, config.seq);
+    if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
     comm.reset_counters();
     for (auto& [_, p] : params) p.mutable_grad() = at::Tensor();
     at::Tensor loss = model.loss(tokens, targets, params);
@@ -81,7 +83,7 @@ Trajectory run_zero1(RankContext& ctx, const TrainConfig& config) {
     for (int p = 0; p < kNumPhases; ++p) t.last_step_bytes[p] = comm.counters(static_cast<Phase>(p));
     t.local_losses.push_back(loss.item<double>());
     ParamMap snapshot;
-    for (const auto& [name, p] : params) snapshot.emplace(name, p.detach().clone());
+    for (const auto& [name, p] : params) snapshot.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
     t.params.push_back(std::move(snapshot));
   }
   return t;

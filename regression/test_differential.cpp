@@ -67,6 +67,8 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
   out.push_back({"placement reconstruct", reconstruct});
   // The ZeRO-1 owner baseline (reference/zero1.h).
   out.push_back({"placement zero1", base.planner});
+  // Communication overlapped with compute (prefetched unshard and revive).
+  out.push_back({"owner balanced/even + prefetch", base.planner});
   return out;
 }
 
@@ -97,6 +99,7 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
     for (const Variant& v : all) {
       TrainConfig c = base;
       c.planner = v.planner;
+      c.runtime.prefetch = v.name.find("prefetch") != std::string::npos;
       const Comparison cmp =
           compare(control, v.name == "placement zero1" ? run_zero1(ctx, c) : run_owner_recorded(ctx, c));
       if (!cmp.bitwise_equal) {

@@ -168,6 +168,53 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
       if (!d.bitwise_equal) problem("rank " + std::to_string(me) + " owner grad of " + s.name + ": " + describe(d, mine, expected));
     }
 
+    // 4b. Prefetch (the next unit's unshard and the previous unit's revive in flight during
+    // compute) issues the same collectives and gives the same bits, with at most two units'
+    // gathered memory resident.
+    {
+      RuntimeOptions prefetch_opts;
+      prefetch_opts.prefetch = true;
+      OwnerRuntime prefetched(plan, comm, prefetch_opts, init);
+      comm.reset_counters();
+      forward_backward(prefetched, model, tokens, targets);
+      const PhaseCounters unshard = comm.counters(Phase::unshard);
+      comm.reset_counters();
+      forward_backward(control, model, tokens, targets);
+      const PhaseCounters control_unshard = comm.counters(Phase::unshard);
+      if (unshard.bytes_recv != 2 * control_unshard.bytes_recv)  // forward + revive vs forward only
+        problem("rank " + std::to_string(me) + " prefetch moved " + std::to_string(unshard.bytes_recv) + " unshard bytes, expected " +
+                std::to_string(2 * control_unshard.bytes_recv));
+      int64_t pair_bound = 0;
+      for (int u = 0; u < rt.num_units(); ++u) {
+        const int64_t next = u + 1 < rt.num_units() ? rt.unit(u + 1).gathered_capacity() : 0;
+        pair_bound = std::max(pair_bound, rt.unit(u).gathered_capacity() + next);
+      }
+      if (prefetched.peak_gathered_bytes() > pair_bound)
+        problem("rank " + std::to_string(me) + " prefetch peak gathered " + std::to_string(prefetched.peak_gathered_bytes()) +
+                " bytes exceeds two consecutive units (" + std::to_string(pair_bound) + ")");
+      for (const MatrixShard& s : plan.shards()) {
+        at::Tensor a = prefetched.local_grad(s.name), b = rt.local_grad(s.name);
+        if (a.defined() && !bitwise_equal(a, b))
+          problem("rank " + std::to_string(me) + " grad of " + s.name + " differs with prefetch");
+      }
+    }
+
+    // 4c. Fast mode (reduce-scatter of the even tail, native reduce of owned remainders) gives
+    // owners the same mean up to summation order.
+    {
+      RuntimeOptions fast_opts;
+      fast_opts.reduce = ReduceMode::fast;
+      OwnerRuntime fast(plan, comm, fast_opts, init);
+      forward_backward(fast, model, tokens, targets);
+      for (const MatrixShard& s : plan.shards()) {
+        at::Tensor a = fast.local_grad(s.name), b = rt.local_grad(s.name);
+        if (!a.defined()) continue;
+        const TensorDiff d = diff(a, b);
+        if (d.max_abs_diff > 1e-6 + 1e-5 * b.abs().max().item<double>())
+          problem("rank " + std::to_string(me) + " fast-mode grad of " + s.name + ": " + describe(d, a, b));
+      }
+    }
+
     // 5. The step issues no collective and moves no byte.
     comm.reset_counters();
     rt.step();
