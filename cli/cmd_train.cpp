@@ -6,6 +6,7 @@
 #include "core/launcher.h"
 #include "core/memory_model.h"
 #include "core/trainer.h"
+#include "reference/placements.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
@@ -74,9 +75,15 @@ TrainConfig make_config(const TrainArgs& a) {
   c.runtime.prefetch = a.prefetch;
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
   c.runtime.non_finite = a.on_non_finite == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::fail;
-  if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = a.lr;
-  else c.runtime.muon.lr = 0.02, c.runtime.adamw.lr = 3e-3;
-  if (a.weight_decay >= 0) c.runtime.muon.weight_decay = c.runtime.adamw.weight_decay = a.weight_decay;
+  if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = a.lr;
+  else c.runtime.muon.lr = 0.02, c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
+  if (a.weight_decay >= 0) {
+    c.runtime.muon.weight_decay = c.runtime.adamw.weight_decay = a.weight_decay;
+    c.runtime.shampoo.weight_decay = c.runtime.soap.weight_decay = a.weight_decay;
+  }
+  // Short demo runs: refresh roots / eigenbases every 10 steps (Shampoo grafts Adam until then).
+  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 10;
+  validate(c.runtime.muon), validate(c.runtime.adamw), validate(c.runtime.shampoo), validate(c.runtime.soap);
   c.steps = a.steps;
   c.batch = a.batch;
   c.seq = a.seq;
@@ -130,7 +137,7 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
       metrics << j.dump() << "\n" << std::flush;
     }
   };
-  TrainResult result = train_owner(ctx, config, report);
+  TrainResult result = train_placement(ctx, config, report);
 
   // Per-rank summary: bytes per phase over the last step and resident memory, gathered to rank 0.
   const StepMetrics last = result.steps.empty() ? StepMetrics{} : result.steps.back();
@@ -174,7 +181,7 @@ int run_train(const TrainArgs& a) {
   TrainConfig config;
   try {
     config = make_config(a);
-    apply_placement(placement_from_string(a.placement), config.planner);
+    apply_placement(placement_from_string(a.placement), config);
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
@@ -212,14 +219,15 @@ void add_train_command(CLI::App& app, Action& run) {
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("-w,--world-size", a->world_size, "Ranks")->check(CLI::Range(1, 64));
   cmd->add_option("--launcher", a->launcher, "threads | processes")->check(CLI::IsMember({"threads", "processes"}));
-  cmd->add_option("--placement", a->placement, "owner | reconstruct (the FSDP2 + Muon baseline)");
+  cmd->add_option("--placement", a->placement,
+                  "owner | reconstruct (FSDP2 + Muon) | alltoall (DistMuon) | zero1 (ZeRO-1 owner) | ddp (the oracle)");
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
-  cmd->add_option("--optimizer", a->optimizer, "muon | adamw (matrix optimizer; the rest uses AdamW)");
+  cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer; the rest uses AdamW)");
   cmd->add_option("--steps", a->steps, "Training steps")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", a->batch, "Sequences per rank per step")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
-  cmd->add_option("--lr", a->lr, "Learning rate (default: 0.02 for Muon, 3e-3 for AdamW)");
+  cmd->add_option("--lr", a->lr, "Learning rate (default: 0.02 for Muon, 3e-3 otherwise)");
   cmd->add_option("--weight-decay", a->weight_decay, "Weight decay (default: the optimizer's)");
   auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
   cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);

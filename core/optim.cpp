@@ -1,6 +1,9 @@
 #include "core/optim.h"
 
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/eye.h>
+#include <ATen/ops/linalg_eigh.h>
+#include <ATen/ops/linalg_qr.h>
 #include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/TensorOperators.h>
@@ -41,14 +44,37 @@ double muon_adjusted_lr(double lr, const std::string& fn, int64_t rows, int64_t 
 
 namespace {
 
+void check_matrix_step(const char* name, const at::Tensor& param, const at::Tensor& grad) {
+  TORCH_CHECK(grad.dim() == 2 && param.sizes() == grad.sizes(), name, ": parameter and gradient must be the same 2-D shape, got ",
+              param.sizes(), " and ", grad.sizes());
+  TORCH_CHECK(at::isFloatingType(grad.scalar_type()) && !at::isComplexType(grad.scalar_type()), name,
+              ": needs a real floating-point tensor, got ", grad.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor matrix_inverse_root(const at::Tensor& a, int root, double epsilon) {
+  TORCH_CHECK(a.dim() == 2 && a.size(0) == a.size(1), "matrix_inverse_root: needs a square matrix, got ", a.sizes());
+  TORCH_CHECK(root > 0, "matrix_inverse_root: root must be positive, got ", root);
+  at::Tensor a64 = a.to(at::kDouble);
+  a64 = (a64 + a64.t()) * 0.5;  // symmetric by construction, exactly
+  a64 = a64 + at::eye(a.size(0), a64.options()) * epsilon;
+  auto [values, vectors] = at::linalg_eigh(a64);
+  at::Tensor scale = values.clamp_min(epsilon).pow(-1.0 / root);
+  return at::mm(vectors * scale.unsqueeze(0), vectors.t()).to(a.scalar_type());
+}
+
+namespace {
+
 class Muon final : public TensorOptimizer {
  public:
   Muon(MuonOptions o, std::vector<int64_t> full_shape) : o_(std::move(o)), full_shape_(std::move(full_shape)) {
     TORCH_CHECK(full_shape_.size() == 2, "muon: needs a 2-D parameter, got ", full_shape_.size(), "-D");
+    validate(o_);
   }
   OptimizerKind kind() const override { return OptimizerKind::muon; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
-    TORCH_CHECK(grad.dim() == 2 && param.sizes() == grad.sizes(), "muon: parameter and gradient must be the same 2-D shape");
+    check_matrix_step("muon", param, grad);
     if (!buf_.defined()) buf_ = at::zeros_like(grad);
     buf_.lerp_(grad, 1 - o_.momentum);
     at::Tensor update = o_.nesterov ? grad.lerp(buf_, o_.momentum) : buf_;
@@ -90,11 +116,220 @@ class AdamW final : public TensorOptimizer {
   std::map<std::string, at::Tensor> state() const override {
     return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
   }
+  std::map<std::string, double> scalars() const override { return {{"step", step_}}; }
 
  private:
   AdamWOptions o_;
   double step_ = 0;
   at::Tensor exp_avg_, exp_avg_sq_;
+};
+
+
+// ---- Shampoo -----------------------------------------------------------------------------------
+
+class Shampoo final : public TensorOptimizer {
+ public:
+  Shampoo(ShampooOptions o, std::vector<int64_t> shape) : o_(o), shape_(std::move(shape)) {
+    TORCH_CHECK(shape_.size() == 2, "shampoo: needs a 2-D parameter, got ", shape_.size(), "-D");
+    validate(o_);
+    if (o_.start_preconditioning_step < 0) o_.start_preconditioning_step = o_.precondition_frequency;
+  }
+  OptimizerKind kind() const override { return OptimizerKind::shampoo; }
+
+  void step(at::Tensor& param, const at::Tensor& grad) override {
+    check_matrix_step("shampoo", param, grad);
+    ++t_;
+    const int64_t D = o_.max_preconditioner_dim;
+    std::vector<at::Tensor> g_blocks = blocks_of(grad, D);
+    if (blocks_.empty()) {
+      for (const at::Tensor& g : g_blocks) {
+        Block b;
+        b.left = at::zeros({g.size(0), g.size(0)}, g.options());
+        b.right = at::zeros({g.size(1), g.size(1)}, g.options());
+        b.left_root = at::zeros_like(b.left);
+        b.right_root = at::zeros_like(b.right);
+        b.momentum = at::zeros_like(g);
+        if (o_.adam_grafting) b.graft_v = at::zeros_like(g);
+        blocks_.push_back(std::move(b));
+      }
+    }
+    const bool recompute = t_ % o_.precondition_frequency == 0 || !roots_ready_;
+    const bool precondition = t_ >= o_.start_preconditioning_step;
+    const double bc1 = o_.use_bias_correction ? 1 - std::pow(o_.beta1, t_) : 1.0;
+    const double bc2g = o_.use_bias_correction ? 1 - std::pow(o_.grafting_beta2, t_) : 1.0;
+    if (o_.weight_decay != 0) param.mul_(1 - o_.lr * o_.weight_decay);
+    std::vector<at::Tensor> p_blocks = blocks_of(param, D);
+    for (size_t k = 0; k < blocks_.size(); ++k) {
+      Block& b = blocks_[k];
+      const at::Tensor& g = g_blocks[k];
+      // Factor statistics from the raw gradient.
+      if (o_.beta2 == 1.0) {
+        b.left.addmm_(g, g.t());
+        b.right.addmm_(g.t(), g);
+      } else {
+        b.left.mul_(o_.beta2).addmm_(g, g.t(), 1.0, 1 - o_.beta2);
+        b.right.mul_(o_.beta2).addmm_(g.t(), g, 1.0, 1 - o_.beta2);
+      }
+      b.momentum.lerp_(g, 1 - o_.beta1);
+      at::Tensor m_hat = b.momentum / bc1;
+      at::Tensor graft;
+      if (o_.adam_grafting) {
+        b.graft_v.mul_(o_.grafting_beta2).addcmul_(g, g, 1 - o_.grafting_beta2);
+        graft = m_hat / (b.graft_v / bc2g).sqrt_().add_(o_.grafting_epsilon);
+      } else {
+        graft = m_hat;
+      }
+      at::Tensor direction = graft;
+      if (precondition) {
+        if (recompute) {
+          b.left_root = matrix_inverse_root(b.left, 4, o_.epsilon);
+          b.right_root = matrix_inverse_root(b.right, 4, o_.epsilon);
+        }
+        direction = at::mm(at::mm(b.left_root, m_hat), b.right_root);
+        if (o_.adam_grafting) {
+          const double shampoo_norm = at::linalg_vector_norm(direction, 2).item<double>();
+          const double graft_norm = at::linalg_vector_norm(graft, 2).item<double>();
+          if (shampoo_norm > 0) direction = direction * (graft_norm / shampoo_norm);
+        }
+      }
+      p_blocks[k].add_(direction, -o_.lr);
+    }
+    if (precondition && recompute) roots_ready_ = true;
+  }
+
+  std::map<std::string, at::Tensor> state() const override {
+    std::map<std::string, at::Tensor> out;
+    for (size_t k = 0; k < blocks_.size(); ++k) {
+      const std::string pre = "block_" + std::to_string(k) + ".";
+      const Block& b = blocks_[k];
+      out[pre + "factor_left"] = b.left;
+      out[pre + "factor_right"] = b.right;
+      out[pre + "inv_root_left"] = b.left_root;
+      out[pre + "inv_root_right"] = b.right_root;
+      out[pre + "momentum"] = b.momentum;
+      if (b.graft_v.defined()) out[pre + "grafting_exp_avg_sq"] = b.graft_v;
+    }
+    return out;
+  }
+  std::map<std::string, double> scalars() const override { return {{"step", static_cast<double>(t_)}}; }
+
+ private:
+  struct Block {
+    at::Tensor left, right, left_root, right_root, momentum, graft_v;
+  };
+  // Views of `t` cut into blocks of at most D x D, row-block major.
+  static std::vector<at::Tensor> blocks_of(const at::Tensor& t, int64_t D) {
+    std::vector<at::Tensor> out;
+    for (const at::Tensor& rows : t.split(D, 0))
+      for (const at::Tensor& b : rows.split(D, 1)) out.push_back(b);
+    return out;
+  }
+  ShampooOptions o_;
+  std::vector<int64_t> shape_;
+  std::vector<Block> blocks_;
+  int64_t t_ = 0;
+  bool roots_ready_ = false;
+};
+
+// ---- SOAP --------------------------------------------------------------------------------------
+
+class Soap final : public TensorOptimizer {
+ public:
+  Soap(SoapOptions o, std::vector<int64_t> shape) : o_(o), shape_(std::move(shape)) {
+    TORCH_CHECK(shape_.size() == 2, "soap: needs a 2-D parameter, got ", shape_.size(), "-D");
+    validate(o_);
+    if (o_.shampoo_beta < 0) o_.shampoo_beta = o_.beta2;
+  }
+  OptimizerKind kind() const override { return OptimizerKind::soap; }
+
+  void step(at::Tensor& param, const at::Tensor& grad) override {
+    check_matrix_step("soap", param, grad);
+    const bool rotate_left = grad.size(0) <= o_.max_precond_dim, rotate_right = grad.size(1) <= o_.max_precond_dim;
+    if (!exp_avg_.defined()) {
+      // First call: build the preconditioner, no update.
+      exp_avg_ = at::zeros_like(grad);
+      exp_avg_sq_ = at::zeros_like(grad);
+      if (rotate_left) gg_left_ = at::zeros({grad.size(0), grad.size(0)}, grad.options());
+      if (rotate_right) gg_right_ = at::zeros({grad.size(1), grad.size(1)}, grad.options());
+      update_factors(grad);
+      if (gg_left_.defined()) q_left_ = eigenbasis(gg_left_);
+      if (gg_right_.defined()) q_right_ = eigenbasis(gg_right_);
+      return;
+    }
+    ++t_;
+    at::Tensor g = project(grad);
+    exp_avg_.mul_(o_.beta1).add_(g, 1 - o_.beta1);
+    exp_avg_sq_.mul_(o_.beta2).add_(g.square(), 1 - o_.beta2);
+    at::Tensor denom = exp_avg_sq_.sqrt().add_(o_.eps);
+    double step_size = o_.lr;
+    if (o_.correct_bias) {
+      const double bc1 = 1 - std::pow(o_.beta1, t_), bc2 = 1 - std::pow(o_.beta2, t_);
+      step_size = step_size * std::sqrt(bc2) / bc1;
+    }
+    param.add_(project_back(exp_avg_ / denom), -step_size);
+    if (o_.weight_decay > 0) param.add_(param, -o_.lr * o_.weight_decay);
+    update_factors(grad);
+    if (t_ % o_.precondition_frequency == 0) refresh_basis();
+  }
+
+  std::map<std::string, at::Tensor> state() const override {
+    std::map<std::string, at::Tensor> out{{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
+    if (gg_left_.defined()) out["GG_left"] = gg_left_, out["Q_left"] = q_left_;
+    if (gg_right_.defined()) out["GG_right"] = gg_right_, out["Q_right"] = q_right_;
+    return out;
+  }
+  std::map<std::string, double> scalars() const override { return {{"step", static_cast<double>(t_)}}; }
+
+ private:
+  void update_factors(const at::Tensor& g) {
+    if (gg_left_.defined()) gg_left_.lerp_(at::mm(g, g.t()), 1 - o_.shampoo_beta);
+    if (gg_right_.defined()) gg_right_.lerp_(at::mm(g.t(), g), 1 - o_.shampoo_beta);
+  }
+  at::Tensor project(const at::Tensor& x) const {
+    at::Tensor y = x;
+    if (q_left_.defined()) y = at::mm(q_left_.t(), y);
+    if (q_right_.defined()) y = at::mm(y, q_right_);
+    return y;
+  }
+  at::Tensor project_back(const at::Tensor& x) const {
+    at::Tensor y = x;
+    if (q_left_.defined()) y = at::mm(q_left_, y);
+    if (q_right_.defined()) y = at::mm(y, q_right_.t());
+    return y;
+  }
+  // Eigenvectors of a factor, by descending eigenvalue: float32 eigendecomposition of
+  // GG + 1e-30 I, falling back to float64 where it fails.
+  static at::Tensor eigenbasis(const at::Tensor& gg) {
+    const auto n = gg.size(0);
+    at::Tensor eye = at::eye(n, gg.options().dtype(at::kFloat));
+    at::Tensor vectors;
+    try {
+      vectors = std::get<1>(at::linalg_eigh(gg.to(at::kFloat) + eye * 1e-30));
+    } catch (const c10::Error&) {
+      vectors = std::get<1>(at::linalg_eigh(gg.to(at::kDouble) + eye.to(at::kDouble) * 1e-30)).to(at::kFloat);
+    }
+    return vectors.flip({1}).to(gg.scalar_type()).contiguous();
+  }
+  // One power iteration + QR per side, columns ordered by the estimated eigenvalue (descending),
+  // the second moment permuted to the new order and the first moment re-projected.
+  void refresh_basis() {
+    at::Tensor m_full = project_back(exp_avg_);
+    auto refresh = [&](at::Tensor& q, const at::Tensor& gg, int dim) {
+      at::Tensor estimated = at::mm(at::mm(q.t(), gg), q).diagonal();
+      at::Tensor order = estimated.argsort(/*stable=*/true, /*dim=*/0, /*descending=*/true);
+      exp_avg_sq_ = exp_avg_sq_.index_select(dim, order);
+      at::Tensor ordered = q.index_select(1, order);
+      q = std::get<0>(at::linalg_qr(at::mm(gg, ordered))).contiguous();
+    };
+    if (q_left_.defined()) refresh(q_left_, gg_left_, 0);
+    if (q_right_.defined()) refresh(q_right_, gg_right_, 1);
+    exp_avg_ = project(m_full).contiguous();
+  }
+
+  SoapOptions o_;
+  std::vector<int64_t> shape_;
+  int64_t t_ = 0;
+  at::Tensor exp_avg_, exp_avg_sq_, gg_left_, gg_right_, q_left_, q_right_;
 };
 
 }  // namespace
@@ -103,6 +338,75 @@ std::unique_ptr<TensorOptimizer> make_muon(const MuonOptions& options, std::vect
   return std::make_unique<Muon>(options, std::move(full_shape));
 }
 
-std::unique_ptr<TensorOptimizer> make_adamw(const AdamWOptions& options) { return std::make_unique<AdamW>(options); }
+std::unique_ptr<TensorOptimizer> make_adamw(const AdamWOptions& options) {
+  validate(options);
+  return std::make_unique<AdamW>(options);
+}
+
+std::unique_ptr<TensorOptimizer> make_shampoo(const ShampooOptions& options, std::vector<int64_t> shape) {
+  return std::make_unique<Shampoo>(options, std::move(shape));
+}
+
+std::unique_ptr<TensorOptimizer> make_soap(const SoapOptions& options, std::vector<int64_t> shape) {
+  return std::make_unique<Soap>(options, std::move(shape));
+}
+
+namespace {
+void check_finite(const char* optimizer, const char* field, double v) {
+  TORCH_CHECK(std::isfinite(v), optimizer, ": ", field, " must be finite, got ", v);
+}
+void check_unit(const char* optimizer, const char* field, double v, bool one_allowed) {
+  check_finite(optimizer, field, v);
+  TORCH_CHECK(v >= 0 && (one_allowed ? v <= 1 : v < 1), optimizer, ": ", field, " must be in [0, ", one_allowed ? "1]" : "1)",
+              ", got ", v);
+}
+void check_nonnegative(const char* optimizer, const char* field, double v) {
+  check_finite(optimizer, field, v);
+  TORCH_CHECK(v >= 0, optimizer, ": ", field, " must be >= 0, got ", v);
+}
+}  // namespace
+
+void validate(const MuonOptions& o) {
+  check_nonnegative("muon", "lr", o.lr);
+  check_nonnegative("muon", "weight_decay", o.weight_decay);
+  check_unit("muon", "momentum", o.momentum, false);
+  check_finite("muon", "ns_a", o.ns_a), check_finite("muon", "ns_b", o.ns_b), check_finite("muon", "ns_c", o.ns_c);
+  check_nonnegative("muon", "eps", o.eps);
+  TORCH_CHECK(o.ns_steps >= 0, "muon: ns_steps must be >= 0, got ", o.ns_steps);
+  muon_adjusted_lr(1.0, o.adjust_lr_fn, 1, 1);  // names an unknown adjustment
+}
+
+void validate(const AdamWOptions& o) {
+  check_nonnegative("adamw", "lr", o.lr);
+  check_unit("adamw", "beta1", o.beta1, false);
+  check_unit("adamw", "beta2", o.beta2, false);
+  check_nonnegative("adamw", "eps", o.eps);
+  check_nonnegative("adamw", "weight_decay", o.weight_decay);
+}
+
+void validate(const ShampooOptions& o) {
+  check_nonnegative("shampoo", "lr", o.lr);
+  check_unit("shampoo", "beta1", o.beta1, false);
+  check_unit("shampoo", "beta2", o.beta2, true);
+  TORCH_CHECK(o.beta2 > 0, "shampoo: beta2 must be > 0, got ", o.beta2);
+  check_nonnegative("shampoo", "epsilon", o.epsilon);
+  TORCH_CHECK(o.epsilon > 0, "shampoo: epsilon must be > 0 (it regularises the root inverse)");
+  check_nonnegative("shampoo", "weight_decay", o.weight_decay);
+  TORCH_CHECK(o.max_preconditioner_dim > 0, "shampoo: max_preconditioner_dim must be > 0, got ", o.max_preconditioner_dim);
+  TORCH_CHECK(o.precondition_frequency > 0, "shampoo: precondition_frequency must be > 0, got ", o.precondition_frequency);
+  check_unit("shampoo", "grafting_beta2", o.grafting_beta2, false);
+  check_nonnegative("shampoo", "grafting_epsilon", o.grafting_epsilon);
+}
+
+void validate(const SoapOptions& o) {
+  check_nonnegative("soap", "lr", o.lr);
+  check_unit("soap", "beta1", o.beta1, false);
+  check_unit("soap", "beta2", o.beta2, false);
+  if (o.shampoo_beta != -1) check_unit("soap", "shampoo_beta", o.shampoo_beta, false);
+  check_nonnegative("soap", "eps", o.eps);
+  check_nonnegative("soap", "weight_decay", o.weight_decay);
+  TORCH_CHECK(o.precondition_frequency > 0, "soap: precondition_frequency must be > 0, got ", o.precondition_frequency);
+  TORCH_CHECK(o.max_precond_dim > 0, "soap: max_precond_dim must be > 0, got ", o.max_precond_dim);
+}
 
 }  // namespace mfsdp

@@ -54,6 +54,18 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
 
 }  // namespace
 
+std::unique_ptr<TensorOptimizer> make_optimizer(const RuntimeOptions& options, bool hidden_matrix,
+                                                const std::vector<int64_t>& shape) {
+  if (!hidden_matrix) return make_adamw(options.adamw);
+  switch (options.optimizer) {
+    case OptimizerKind::muon: return make_muon(options.muon, shape);
+    case OptimizerKind::shampoo: return make_shampoo(options.shampoo, shape);
+    case OptimizerKind::soap: return make_soap(options.soap, shape);
+    case OptimizerKind::adamw: return make_adamw(options.adamw);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown OptimizerKind");
+}
+
 const char* to_string(EvenMatrixStep step) { return step == EvenMatrixStep::allgather ? "allgather" : "alltoall"; }
 
 OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options,
@@ -93,14 +105,13 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     for (const auto& sl : s.slices)
       if (sl.rank == comm_.rank()) mine = &sl;
     local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
-    if (reconstruct_[i]) continue;  // stepped by reconstruct_muon_step
-    if (s.role == Role::owned_matrix && options_.optimizer == OptimizerKind::muon) {
-      optimizers_[i] = make_muon(options_.muon, s.shape);
-    } else {
-      TORCH_CHECK(s.role != Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: optimizer ",
-                  to_string(options_.optimizer), " is not available yet for owned matrices (muon or adamw)");
-      optimizers_[i] = make_adamw(options_.adamw);
-    }
+    if (reconstruct_[i]) continue;  // stepped by the reconstruction or all-to-all Muon step
+    const bool hidden = s.kind == ParamKind::hidden_matrix;
+    TORCH_CHECK(!hidden || s.role == Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: rank ",
+                comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
+                "' whole on one rank, but the plan keeps it in even shards (reconstruct and alltoall placements run Muon "
+                "or AdamW only)");
+    optimizers_[i] = make_optimizer(options_, hidden && s.role == Role::owned_matrix, s.shape);
   }
 }
 
@@ -276,7 +287,9 @@ void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
     else out_rows = in_rows;
 
     // The assigned matrix, whole (rows in rank order are rows in order), orthogonalised once.
-    at::Tensor back_in = at::empty({0}, opts);
+    // Updates travel in Newton–Schulz's output dtype (bf16), as the optimizer produces them.
+    const at::TensorOptions update_opts = opts.dtype(at::kBFloat16);
+    at::Tensor back_in = at::empty({0}, update_opts);
     if (mine) {
       at::Tensor full = at::empty(mine->shape, opts);
       int64_t cursor = 0;
@@ -287,8 +300,9 @@ void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
         cursor += recv[r];
       }
       back_in = newton_schulz(full, o).contiguous().view({-1});  // rank r's rows are contiguous, in rank order
+      TORCH_INTERNAL_ASSERT(back_in.scalar_type() == at::kBFloat16, "Newton–Schulz output is not bf16");
     }
-    at::Tensor back_out = at::empty({std::accumulate(send.begin(), send.end(), int64_t{0})}, opts);
+    at::Tensor back_out = at::empty({std::accumulate(send.begin(), send.end(), int64_t{0})}, update_opts);
     if (W > 1) comm_.alltoall(back_out, back_in, send, recv)->wait();
     else back_out = back_in;
     int64_t cursor = 0;

@@ -52,6 +52,8 @@ struct RuntimeOptions {
   EvenMatrixStep even_matrix_step = EvenMatrixStep::allgather;
   MuonOptions muon;
   AdamWOptions adamw;
+  ShampooOptions shampoo;
+  SoapOptions soap;
   at::Device device = at::kCPU;
 };
 
@@ -59,6 +61,11 @@ struct StepReport {
   bool skipped = false;
   std::string non_finite_parameter;  // set when a non-finite gradient was found
 };
+
+// The optimizer of one whole tensor under these options: the matrix optimizer for a hidden
+// matrix, AdamW for everything else (1-D tails, embeddings, the head, even slices).
+std::unique_ptr<TensorOptimizer> make_optimizer(const RuntimeOptions& options, bool hidden_matrix,
+                                                const std::vector<int64_t>& shape);
 
 class OwnerRuntime {
  public:

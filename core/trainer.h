@@ -7,23 +7,34 @@
 #include "core/ranks.h"
 #include "core/runtime.h"
 
+#include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace mfsdp {
 
-// Where the parameters live. owner: the owner-shaped plan. reconstruct: the stock FSDP2 + Muon
-// baseline (every parameter in even row shards; Muon all-gathers each matrix's update input in
-// the step). The ZeRO-1 and all-to-all baselines are not built yet.
-enum class Placement { owner, reconstruct };
+// Where the parameters live (mfsdp train --placement):
+//   owner        the owner-shaped plan (this project)
+//   reconstruct  stock FSDP2 + Muon: every parameter in even row shards; Muon all-gathers each
+//                matrix's update input in the step and orthogonalises it redundantly everywhere
+//   alltoall     DistMuon / Dion: even row shards; the step's all-to-alls hand each rank whole
+//                matrices of its assigned set, Newton–Schulz once, and the updates back
+//   zero1        ZeRO-1 owner: full parameters everywhere, gradients reduced to owners, owners
+//                update and broadcast (reference/zero1.h)
+//   ddp          the DDP full-matrix oracle (oracle/oracle.h)
+// The first three run on the owner runtime (train_owner); the last two hold full replicas and
+// run in oracle/ and reference/ (train_placement in reference/placements.h runs any of them).
+enum class Placement { owner, reconstruct, alltoall, zero1, ddp };
 const char* to_string(Placement placement);
 Placement placement_from_string(const std::string& name);  // throws naming the known ones
-void apply_placement(Placement placement, PlannerOptions& planner);
+bool runs_on_owner_runtime(Placement placement);
 
 struct TrainConfig {
   TransformerConfig model = preset_config("tiny");
+  Placement placement = Placement::owner;  // set with apply_placement
   PlannerOptions planner;
   RuntimeOptions runtime;
   int steps = 20;
@@ -57,7 +68,42 @@ struct TrainResult {
   uint64_t plan_hash = 0;
 };
 
-// Runs config.steps owner-shaped steps on this rank. `on_step` (optional) sees every step's
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Sets config.placement and what it implies for the plan and the runtime (reconstruct and
+// alltoall: every parameter in even shards, and how Muon steps them).
+void apply_placement(Placement placement, TrainConfig& config);
+
+// One placement's training step on one rank, behind the common loop (train_loop).
+class Stepper {
+ public:
+  struct Result {
+    double loss = 0;  // this rank's micro-batch loss
+    double forward_s = 0, backward_s = 0, optimizer_s = 0;
+    bool skipped = false;
+    std::string non_finite_parameter;
+  };
+  virtual ~Stepper() = default;
+  // One step on this rank's batch; `before_backward` runs between forward and backward.
+  virtual Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) = 0;
+  // Every parameter in full, as CPU copies (may communicate, in phase `other`).
+  virtual ParamMap full_params() = 0;
+  virtual int64_t resident_bytes() const = 0;
+  virtual int64_t peak_gathered_bytes() const { return 0; }
+  virtual uint64_t plan_hash() const { return 0; }
+};
+using StepperFactory =
+    std::function<std::unique_ptr<Stepper>(const TransformerModel& model, Communicator& comm, const ParamMap& init)>;
+
+// The common loop: config.steps steps of the stepper `make` builds, each on this rank's batch of
+// the corpus (on config.runtime.device), with per-step metrics (bytes per phase from the
+// communicator, mean loss over ranks) passed to `on_step` as soon as they exist.
+TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const StepperFactory& make,
+                       const std::function<void(const StepMetrics&)>& on_step = {});
+
+// Runs config.steps owner-shaped steps on this rank (placements owner, reconstruct, alltoall). `on_step` (optional) sees every step's
 // metrics as soon as they exist.
 TrainResult train_owner(RankContext& ctx, const TrainConfig& config,
                         const std::function<void(const StepMetrics&)>& on_step = {});

@@ -19,19 +19,20 @@ DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const Ru
   for (const ParamSpec& p : model.spec().params) {
     order_.push_back(p.name);
     params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
-    if (p.kind == ParamKind::hidden_matrix && options.optimizer == OptimizerKind::muon) {
-      optimizers_.emplace(p.name, make_muon(options.muon, p.shape));
-    } else {
-      TORCH_CHECK(p.kind != ParamKind::hidden_matrix || options.optimizer == OptimizerKind::adamw,
-                  "oracle: optimizer ", to_string(options.optimizer), " is not available yet");
-      optimizers_.emplace(p.name, make_adamw(options.adamw));
-    }
+    optimizers_.emplace(p.name, make_optimizer(options, p.kind == ParamKind::hidden_matrix, p.shape));
   }
 }
 
-double DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets) {
+Stepper::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets,
+                                const std::function<void()>& before_backward) {
+  Result r;
   for (auto& [_, p] : params_) p.mutable_grad() = at::Tensor();
+  auto t0 = std::chrono::steady_clock::now();
   at::Tensor loss = model_.loss(tokens, targets, params_);
+  r.loss = loss.item<double>();
+  r.forward_s = seconds_since(t0);
+  before_backward();
+  t0 = std::chrono::steady_clock::now();
   loss.backward();
   const int W = comm_.world_size();
   {
@@ -43,10 +44,12 @@ double DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets) {
       at::Tensor flat = g.reshape({-1});
       comm_.allgather(all, flat)->wait();
       std::vector<at::Tensor> parts;
-      for (int r = 0; r < W; ++r) parts.push_back(all.narrow(0, r * g.numel(), g.numel()).view(g.sizes()));
+      for (int rank = 0; rank < W; ++rank) parts.push_back(all.narrow(0, rank * g.numel(), g.numel()).view(g.sizes()));
       grads_[name] = mean_in_rank_order(parts, g.scalar_type());
     }
   }
+  r.backward_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
   {
     PhaseScope phase(comm_, Phase::optimizer_step);
     at::NoGradGuard no_grad;
@@ -55,38 +58,50 @@ double DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets) {
       optimizers_.at(name)->step(data, grads_.at(name));
     }
   }
-  return loss.item<double>();
+  r.optimizer_s = seconds_since(t0);
+  return r;
+}
+
+ParamMap DdpOracle::full_params() {
+  ParamMap out;
+  for (const auto& [name, p] : params_) out.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
+  return out;
+}
+
+int64_t DdpOracle::resident_bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : params_) n += 2 * static_cast<int64_t>(p.nbytes());  // parameter and gradient
+  for (const auto& [name, o] : optimizers_) n += o->state_bytes();
+  return n;
+}
+
+Trajectory to_trajectory(TrainResult result) {
+  Trajectory t;
+  for (const auto& m : result.steps) t.local_losses.push_back(m.local_loss);
+  if (!result.steps.empty()) t.last_step_bytes = result.steps.back().bytes;
+  t.params = std::move(result.params_per_step);
+  return t;
+}
+
+TrainResult train_ddp(RankContext& ctx, const TrainConfig& config, const std::function<void(const StepMetrics&)>& on_step) {
+  return train_loop(
+      ctx, config,
+      [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
+        return std::make_unique<DdpOracle>(model, comm, config.runtime, init);
+      },
+      on_step);
 }
 
 Trajectory run_oracle(RankContext& ctx, const TrainConfig& config) {
-  TransformerModel model(config.model);
-  const ByteCorpus corpus = ByteCorpus::load(config.data);
-  Communicator comm(ctx.backend);
-  const at::Device device = config.runtime.device;
-  DdpOracle oracle(model, comm, config.runtime, model.init(config.seed, device));
-  Trajectory t;
-  for (int step = 0; step < config.steps; ++step) {
-    auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, config.batch, config.seq);
-    if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
-    comm.reset_counters();
-    t.local_losses.push_back(oracle.step(tokens, targets));
-    for (int p = 0; p < kNumPhases; ++p) t.last_step_bytes[p] = comm.counters(static_cast<Phase>(p));
-    ParamMap snapshot;
-    for (const auto& [name, p] : oracle.params()) snapshot.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
-    t.params.push_back(std::move(snapshot));
-  }
-  return t;
+  TrainConfig c = config;
+  c.record_params = true;
+  return to_trajectory(train_ddp(ctx, c));
 }
 
 Trajectory run_owner_recorded(RankContext& ctx, const TrainConfig& config) {
   TrainConfig c = config;
   c.record_params = true;
-  TrainResult r = train_owner(ctx, c);
-  Trajectory t;
-  for (const auto& m : r.steps) t.local_losses.push_back(m.local_loss);
-  if (!r.steps.empty()) t.last_step_bytes = r.steps.back().bytes;
-  t.params = std::move(r.params_per_step);
-  return t;
+  return to_trajectory(train_owner(ctx, c));
 }
 
 Comparison compare(const Trajectory& control, const Trajectory& experiment) {

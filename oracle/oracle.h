@@ -14,13 +14,15 @@
 
 namespace mfsdp {
 
-class DdpOracle {
+class DdpOracle : public Stepper {
  public:
   DdpOracle(const TransformerModel& model, Communicator& comm, const RuntimeOptions& options, const ParamMap& init);
 
-  // One step on this rank's batch; returns this rank's loss. Gradients are averaged over ranks
-  // (phase grad_reduce), then every rank updates every parameter.
-  double step(const at::Tensor& tokens, const at::Tensor& targets);
+  // One step on this rank's batch. Gradients are averaged over ranks (phase grad_reduce, timed
+  // as backward), then every rank updates every parameter.
+  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override;
+  ParamMap full_params() override;
+  int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
 
   const ParamMap& params() const { return params_; }
   const ParamMap& reduced_grads() const { return grads_; }
@@ -40,6 +42,12 @@ struct Trajectory {
   std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
 };
 
+// The losses and recorded parameters of a run made with config.record_params.
+Trajectory to_trajectory(TrainResult result);
+
+// config.steps oracle steps (placement ddp) as a trajectory; `on_step` as in train_loop.
+TrainResult train_ddp(RankContext& ctx, const TrainConfig& config,
+                      const std::function<void(const StepMetrics&)>& on_step = {});
 Trajectory run_oracle(RankContext& ctx, const TrainConfig& config);
 Trajectory run_owner_recorded(RankContext& ctx, const TrainConfig& config);
 

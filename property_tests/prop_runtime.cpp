@@ -11,6 +11,7 @@
 #include "core/tensor_compare.h"
 #include "core/unit.h"
 #include "oracle/oracle.h"
+#include "reference/placements.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/zeros.h>
@@ -19,6 +20,10 @@
 #include <mutex>
 
 namespace mfsdp {
+
+// How RapidCheck prints a generated placement (found by argument-dependent lookup).
+void showValue(Placement p, std::ostream& os) { os << to_string(p); }
+
 namespace {
 
 rc::Gen<TransformerConfig> small_transformer() {
@@ -52,13 +57,23 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   const int one = *rc::gen::inRange(0, W);
   for (const PlanItem& item : plan_items(TransformerModel(config.model).spec(), config.planner))
     config.planner.explicit_owners[item.key] = all_on_one ? one : *rc::gen::inRange(0, W);
+  // Mostly the owner plan; sometimes a baseline placement, and sometimes with prefetch.
+  const Placement placement = *rc::gen::weightedElement<Placement>(
+      {{6, Placement::owner}, {1, Placement::reconstruct}, {1, Placement::alltoall}, {1, Placement::zero1}});
+  if (placement == Placement::reconstruct || placement == Placement::alltoall) {
+    config.planner.planner = PlannerKind::balanced;  // every parameter even: no owners to assign
+    config.planner.explicit_owners.clear();
+  }
+  apply_placement(placement, config);
+  config.runtime.prefetch = *rc::gen::arbitrary<bool>();
+  RC_TAG(to_string(config.placement));
 
   std::mutex m;
   std::vector<std::string> failures;
   RanksOptions ranks;
   ranks.world_size = W;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    const Comparison c = compare(run_oracle(ctx, config), run_owner_recorded(ctx, config));
+    const Comparison c = compare(run_oracle(ctx, config), run_placement_recorded(ctx, config));
     if (!c.bitwise_equal) {
       std::lock_guard<std::mutex> lock(m);
       failures.push_back("rank " + std::to_string(ctx.rank) + ": " + c.first_bad + ": " + c.detail);

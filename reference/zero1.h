@@ -10,6 +10,8 @@ namespace mfsdp {
 
 // Owners: hidden matrices as the planner places them; embedding, head and each unit's tail are
 // owned whole too (the planner balances them as items; they keep AdamW).
+TrainResult train_zero1(RankContext& ctx, const TrainConfig& config,
+                        const std::function<void(const StepMetrics&)>& on_step = {});
 Trajectory run_zero1(RankContext& ctx, const TrainConfig& config);
 
 }  // namespace mfsdp

@@ -6,7 +6,7 @@
 #include "core/planner.h"
 #include "core/ranks.h"
 #include "oracle/oracle.h"
-#include "reference/zero1.h"
+#include "reference/placements.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/full.h>
@@ -42,6 +42,8 @@ TrainConfig base_config(OptimizerKind optimizer) {
 struct Variant {
   std::string name;
   PlannerOptions planner;
+  Placement placement = Placement::owner;
+  bool prefetch = false;
 };
 
 // The planner axis: four strategies and a random explicit assignment (seeded by W).
@@ -58,17 +60,14 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
         for (const PlanItem& item : plan_items(TransformerModel(base.model).spec(), o))
           o.explicit_owners[item.key] = static_cast<int>(rng() % W);
       }
-      out.push_back({std::string(to_string(kind)) + "/" + to_string(tail), o});
+      out.push_back({std::string(to_string(kind)) + "/" + to_string(tail), o, Placement::owner});
     }
   }
-  // The baseline placement: FSDP2 even shards with Muon reconstructing each matrix in the step.
-  PlannerOptions reconstruct = base.planner;
-  apply_placement(Placement::reconstruct, reconstruct);
-  out.push_back({"placement reconstruct", reconstruct});
-  // The ZeRO-1 owner baseline (reference/zero1.h).
-  out.push_back({"placement zero1", base.planner});
+  // The baselines: FSDP2 + Muon reconstruction, all-to-all (DistMuon), ZeRO-1 owner.
+  for (Placement p : {Placement::reconstruct, Placement::alltoall, Placement::zero1})
+    out.push_back({std::string("placement ") + to_string(p), base.planner, p});
   // Communication overlapped with compute (prefetched unshard and revive).
-  out.push_back({"owner balanced/even + prefetch", base.planner});
+  out.push_back({"owner balanced/even + prefetch", base.planner, Placement::owner, /*prefetch=*/true});
   return out;
 }
 
@@ -99,9 +98,9 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
     for (const Variant& v : all) {
       TrainConfig c = base;
       c.planner = v.planner;
-      c.runtime.prefetch = v.name.find("prefetch") != std::string::npos;
-      const Comparison cmp =
-          compare(control, v.name == "placement zero1" ? run_zero1(ctx, c) : run_owner_recorded(ctx, c));
+      apply_placement(v.placement, c);
+      c.runtime.prefetch = v.prefetch;
+      const Comparison cmp = compare(control, run_placement_recorded(ctx, c));
       if (!cmp.bitwise_equal) {
         std::lock_guard<std::mutex> lock(mutex);
         failures.push_back("rank " + std::to_string(ctx.rank) + ", " + v.name + ": first difference at step " +
