@@ -35,7 +35,9 @@ TrainConfig base_config(OptimizerKind optimizer) {
   c.runtime.optimizer = optimizer;
   c.planner.optimizer = optimizer;
   c.runtime.muon.lr = 0.02;
-  c.runtime.adamw.lr = 3e-3;
+  c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
+  // Roots and eigenbases refreshed several times within the run.
+  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 5;
   return c;
 }
 
@@ -63,9 +65,11 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
       out.push_back({std::string(to_string(kind)) + "/" + to_string(tail), o, Placement::owner});
     }
   }
-  // The baselines: FSDP2 + Muon reconstruction, all-to-all (DistMuon), ZeRO-1 owner.
+  // The baselines: FSDP2 + Muon reconstruction and all-to-all (DistMuon) step even-sharded
+  // matrices with Muon (or AdamW); Shampoo and SOAP need whole matrices, so only ZeRO-1 joins them.
+  const bool elementwise_or_muon = base.runtime.optimizer == OptimizerKind::muon || base.runtime.optimizer == OptimizerKind::adamw;
   for (Placement p : {Placement::reconstruct, Placement::alltoall, Placement::zero1})
-    out.push_back({std::string("placement ") + to_string(p), base.planner, p});
+    if (elementwise_or_muon || p == Placement::zero1) out.push_back({std::string("placement ") + to_string(p), base.planner, p});
   // Communication overlapped with compute (prefetched unshard and revive).
   out.push_back({"owner balanced/even + prefetch", base.planner, Placement::owner, /*prefetch=*/true});
   return out;
@@ -118,7 +122,8 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Grid, Differential,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
-                                            ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw)),
+                                            ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap)),
                          grid_name);
 
 }  // namespace

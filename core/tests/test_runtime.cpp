@@ -336,3 +336,50 @@ TEST(RuntimeErrors, NonFiniteGradientsFailNamingTheParameterOrSkip) {
 
 }  // namespace
 }  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// Shampoo and SOAP run unchanged on owners: after a step each rank's resident bytes (segments,
+// gradients, optimizer state) equal the memory model for that optimizer, and a matrix's state
+// exists only on its owner.
+TEST(RuntimeMatrixOptimizers, StateOnlyOnOwnersAndMemoryMatchesTheModel) {
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(/*seed=*/7);
+  const ByteCorpus corpus = ByteCorpus::load();
+  for (OptimizerKind kind : {OptimizerKind::shampoo, OptimizerKind::soap}) {
+    for (int W : {2, 3}) {
+      PlannerOptions popts;
+      popts.optimizer = kind;
+      const OwnershipPlan plan = make_plan(model.spec(), W, popts);
+      MemoryModelOptions mopts;
+      mopts.optimizer = kind;
+      mopts.cost.shampoo_max_preconditioner_dim = ShampooOptions{}.max_preconditioner_dim;
+      mopts.cost.shampoo_adam_grafting = ShampooOptions{}.adam_grafting;
+      mopts.cost.soap_max_precond_dim = SoapOptions{}.max_precond_dim;
+      const PlanUsage usage = plan_usage(plan, mopts);
+      std::mutex mutex;
+      std::vector<std::string> problems;
+      run_ranks_as_threads(world(W), [&](RankContext& ctx) {
+        Communicator comm(ctx.backend);
+        RuntimeOptions o;
+        o.optimizer = kind;
+        OwnerRuntime rt(plan, comm, o, init);
+        auto [tokens, targets] = corpus.batch(3, 0, ctx.rank, 2, 16);
+        forward_backward(rt, model, tokens, targets);
+        comm.reset_counters();
+        rt.step();
+        std::lock_guard<std::mutex> lock(mutex);
+        if (comm.total().calls != 0) problems.push_back(std::string(to_string(kind)) + " step communicated");
+        if (rt.resident_bytes() != usage.ranks[ctx.rank].resident_bytes)
+          problems.push_back(std::string(to_string(kind)) + " W=" + std::to_string(W) + " rank " + std::to_string(ctx.rank) +
+                             ": resident " + std::to_string(rt.resident_bytes()) + " bytes, model " +
+                             std::to_string(usage.ranks[ctx.rank].resident_bytes));
+      });
+      for (const auto& p : problems) ADD_FAILURE() << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp
