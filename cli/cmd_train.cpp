@@ -45,6 +45,7 @@ struct TrainArgs {
   std::string on_non_finite = "fail";
   int layers = 2, hidden = 64, heads = 4, intermediate = 128;
   std::vector<int> kill_at;  // hidden: RANK STEP
+  std::vector<std::string> groups;
 };
 
 std::string human_bytes(double b) {
@@ -73,6 +74,13 @@ TrainConfig make_config(const TrainArgs& a) {
   c.runtime.optimizer = c.planner.optimizer;
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = a.prefetch;
+  for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
+  {
+    std::vector<std::string> names;
+    const TransformerModel model(c.model);  // (a temporary's spec() would dangle in the loop)
+    for (const ParamSpec& p : model.spec().params) names.push_back(p.name);
+    check_groups(c.runtime, names);
+  }
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
   c.runtime.non_finite = a.on_non_finite == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::fail;
   if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = a.lr;
@@ -231,6 +239,7 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--weight-decay", a->weight_decay, "Weight decay (default: the optimizer's)");
   auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
   cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);
+  cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
   cmd->add_flag("--prefetch", a->prefetch, "Overlap: unshard the next unit (revive the previous one in backward) while this one computes");
   cmd->add_option("--device", a->device, "cpu | cuda (rank r on GPU r mod count)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--backend", a->backend, "gloo (CPU or CUDA tensors) | nccl (CUDA, one GPU per rank)")

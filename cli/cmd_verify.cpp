@@ -28,6 +28,7 @@ struct VerifyArgs {
   bool json = false;
   bool fast = false;
   int timeout_s = 60;
+  std::vector<std::string> groups;
 };
 
 // Mean over ranks of each step's local loss, summed in rank order (one all-gather).
@@ -51,6 +52,11 @@ int run_verify(const VerifyArgs& a) {
     TORCH_CHECK(config.planner.planner != PlannerKind::explicit_assignment, "verify: --planner explicit is for tests");
     config.planner.tail_policy = tail_policy_from_string(a.tail_policy);
     config.planner.optimizer = config.runtime.optimizer = optimizer_kind_from_string(a.optimizer);
+    for (const std::string& g : a.groups) config.runtime.groups.push_back(param_group_from_string(g));
+    std::vector<std::string> names;
+    const TransformerModel model(config.model);  // (a temporary's spec() would dangle in the loop)
+    for (const ParamSpec& p : model.spec().params) names.push_back(p.name);
+    check_groups(config.runtime, names);
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
@@ -142,6 +148,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
   cmd->add_option("--seed", a->seed, "Seed");
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
+  cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
   cmd->add_flag("--fast", a->fast, "Runtime uses the fast (native reduce) gradient reduction: expect small differences");
   cmd->add_flag("--json", a->json, "One JSON object: bitwise_equal, max_abs_diff, max_ulp, steps, loss_runtime, "
                                    "loss_oracle, world_size, planner, optimizer, placement, bytes");

@@ -31,7 +31,7 @@ struct AdamWOptions {
   double weight_decay = 1e-2;
 };
 
-// Shampoo as in Meta's Distributed Shampoo (see docs/optimizers.md for the exact step).
+// Shampoo as in Meta's Distributed Shampoo (docs/optimizers.md has the exact step).
 struct ShampooOptions {
   double lr = 1e-2;
   double beta1 = 0.9;         // EMA of the gradient (the preconditioned quantity), bias-corrected

@@ -9,6 +9,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 
+#include <fnmatch.h>
+
+#include <cmath>
 #include <numeric>
 
 namespace mfsdp {
@@ -54,8 +57,59 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
 
 }  // namespace
 
-std::unique_ptr<TensorOptimizer> make_optimizer(const RuntimeOptions& options, bool hidden_matrix,
+ParamGroup param_group_from_string(const std::string& spec) {
+  ParamGroup g;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (size_t colon; (colon = spec.find(':', start)) != std::string::npos; start = colon + 1)
+    parts.push_back(spec.substr(start, colon - start));
+  parts.push_back(spec.substr(start));
+  g.pattern = parts[0];
+  TORCH_CHECK(!g.pattern.empty(), "group '", spec, "': empty pattern (expected PATTERN:lr=X:wd=Y)");
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const auto eq = parts[i].find('=');
+    TORCH_CHECK(eq != std::string::npos, "group '", spec, "': '", parts[i], "' is not key=value (lr or wd)");
+    const std::string key = parts[i].substr(0, eq), value = parts[i].substr(eq + 1);
+    double v = 0;
+    try {
+      size_t used = 0;
+      v = std::stod(value, &used);
+      TORCH_CHECK(used == value.size(), "");
+    } catch (...) {
+      TORCH_CHECK(false, "group '", spec, "': ", key, " '", value, "' is not a number");
+    }
+    TORCH_CHECK(std::isfinite(v) && v >= 0, "group '", spec, "': ", key, " must be finite and >= 0, got ", value);
+    if (key == "lr") g.lr = v;
+    else if (key == "wd") g.weight_decay = v;
+    else TORCH_CHECK(false, "group '", spec, "': unknown key '", key, "' (lr or wd)");
+  }
+  return g;
+}
+
+RuntimeOptions options_for(const RuntimeOptions& options, const std::string& name) {
+  RuntimeOptions o = options;
+  for (const ParamGroup& g : options.groups) {
+    if (fnmatch(g.pattern.c_str(), name.c_str(), 0) != 0) continue;
+    if (g.lr) o.muon.lr = o.adamw.lr = o.shampoo.lr = o.soap.lr = *g.lr;
+    if (g.weight_decay) {
+      o.muon.weight_decay = o.adamw.weight_decay = o.shampoo.weight_decay = o.soap.weight_decay = *g.weight_decay;
+    }
+    break;
+  }
+  return o;
+}
+
+void check_groups(const RuntimeOptions& options, const std::vector<std::string>& names) {
+  for (const ParamGroup& g : options.groups) {
+    bool any = false;
+    for (const std::string& n : names) any = any || fnmatch(g.pattern.c_str(), n.c_str(), 0) == 0;
+    TORCH_CHECK(any, "parameter group '", g.pattern, "' matches no parameter of the model");
+  }
+}
+
+std::unique_ptr<TensorOptimizer> make_optimizer(const RuntimeOptions& all, const std::string& name, bool hidden_matrix,
                                                 const std::vector<int64_t>& shape) {
+  const RuntimeOptions options = options_for(all, name);
   if (!hidden_matrix) return make_adamw(options.adamw);
   switch (options.optimizer) {
     case OptimizerKind::muon: return make_muon(options.muon, shape);
@@ -82,6 +136,11 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
   }
   TORCH_CHECK(full_init.size() == plan_.shards().size(), "runtime: rank ", comm_.rank(), ": ", full_init.size(),
               " initial parameters for a plan of ", plan_.shards().size(), " (a parameter in no unit?)");
+  {
+    std::vector<std::string> names;
+    for (const MatrixShard& s : plan_.shards()) names.push_back(s.name);
+    check_groups(options_, names);
+  }
   {
     PhaseScope phase(comm_, Phase::other);
     comm_.check_same_plan(plan_.hash());
@@ -111,7 +170,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
                 comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
                 "' whole on one rank, but the plan keeps it in even shards (reconstruct and alltoall placements run Muon "
                 "or AdamW only)");
-    optimizers_[i] = make_optimizer(options_, hidden && s.role == Role::owned_matrix, s.shape);
+    optimizers_[i] = make_optimizer(options_, s.name, hidden && s.role == Role::owned_matrix, s.shape);
   }
 }
 
@@ -310,10 +369,11 @@ void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
       if (send[j] == 0) continue;
       const int i = shards[start + j];
       const MatrixShard& s = plan_.shards()[i];
+      const MuonOptions mo = options_for(options_, s.name).muon;
       at::Tensor param = units_[s.unit]->local_param(i);
-      param.mul_(1 - o.lr * o.weight_decay);
+      param.mul_(1 - mo.lr * mo.weight_decay);
       param.add_(back_out.narrow(0, cursor, send[j]).view(param.sizes()),
-                 -muon_adjusted_lr(o.lr, o.adjust_lr_fn, s.shape[0], s.shape[1]));
+                 -muon_adjusted_lr(mo.lr, mo.adjust_lr_fn, s.shape[0], s.shape[1]));
       cursor += send[j];
     }
   }
@@ -325,7 +385,7 @@ void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
 void OwnerRuntime::reconstruct_muon_step(int i) {
   const MatrixShard& s = plan_.shards()[i];
   Unit& unit = *units_[s.unit];
-  const MuonOptions& o = options_.muon;
+  const MuonOptions o = options_for(options_, s.name).muon;
   const int W = comm_.world_size();
   const int64_t rows = s.shape[0], cols = s.shape[1], chunk = (rows + W - 1) / W;
   at::Tensor param = unit.local_param(i), grad = unit.local_grad(i);

@@ -18,6 +18,7 @@
 #include "core/unit.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,17 @@ enum class EvenMatrixStep {
 };
 const char* to_string(EvenMatrixStep step);
 
+// A parameter group as torch.optim users know them: parameters whose name matches `pattern` (a
+// glob: * ? [..]) use these hyperparameters instead of their optimizer's. The first matching group
+// wins; a group that matches no parameter is an error.
+struct ParamGroup {
+  std::string pattern;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+// Parses "PATTERN:lr=X:wd=Y" (lr and wd optional, in any order); throws naming the bad part.
+ParamGroup param_group_from_string(const std::string& spec);
+
 struct RuntimeOptions {
   ReduceMode reduce = ReduceMode::deterministic;
   UnshardStrategy unshard = UnshardStrategy::broadcast;  // measured faster on Gloo (bench_unshard)
@@ -54,6 +66,7 @@ struct RuntimeOptions {
   AdamWOptions adamw;
   ShampooOptions shampoo;
   SoapOptions soap;
+  std::vector<ParamGroup> groups;
   at::Device device = at::kCPU;
 };
 
@@ -62,10 +75,16 @@ struct StepReport {
   std::string non_finite_parameter;  // set when a non-finite gradient was found
 };
 
-// The optimizer of one whole tensor under these options: the matrix optimizer for a hidden
-// matrix, AdamW for everything else (1-D tails, embeddings, the head, even slices).
-std::unique_ptr<TensorOptimizer> make_optimizer(const RuntimeOptions& options, bool hidden_matrix,
-                                                const std::vector<int64_t>& shape);
+// The options parameter `name` steps with: `options` with its first matching group applied to
+// every optimizer's lr and weight decay.
+RuntimeOptions options_for(const RuntimeOptions& options, const std::string& name);
+// Throws naming the first group that matches none of `names`.
+void check_groups(const RuntimeOptions& options, const std::vector<std::string>& names);
+
+// The optimizer of parameter `name` (one whole tensor): the matrix optimizer for a hidden matrix,
+// AdamW for everything else (1-D tails, embeddings, the head, even slices); groups applied.
+std::unique_ptr<TensorOptimizer> make_optimizer(const RuntimeOptions& options, const std::string& name,
+                                                bool hidden_matrix, const std::vector<int64_t>& shape);
 
 class OwnerRuntime {
  public:

@@ -61,6 +61,11 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Steppe
   TORCH_CHECK(config.steps >= 0, "train: steps must be >= 0");
   TORCH_CHECK(config.model.vocab >= 256, "train: the byte-level corpus needs a vocabulary of at least 256");
   TransformerModel model(config.model);
+  {
+    std::vector<std::string> names;
+    for (const ParamSpec& p : model.spec().params) names.push_back(p.name);
+    check_groups(config.runtime, names);  // before any collective
+  }
   const ByteCorpus corpus = ByteCorpus::load(config.data);
   const at::Device device = config.runtime.device;
   Communicator comm(ctx.backend);

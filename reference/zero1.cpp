@@ -21,7 +21,7 @@ class Zero1Stepper : public Stepper {
     for (const ParamSpec& p : model.spec().params) {
       params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
       if (plan_.shard(p.name).owner != comm_.rank()) continue;
-      optimizers_.emplace(p.name, make_optimizer(config.runtime, p.kind == ParamKind::hidden_matrix, p.shape));
+      optimizers_.emplace(p.name, make_optimizer(config.runtime, p.name, p.kind == ParamKind::hidden_matrix, p.shape));
     }
   }
 

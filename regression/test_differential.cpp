@@ -215,3 +215,45 @@ INSTANTIATE_TEST_SUITE_P(Tolerance, FastMode,
 
 }  // namespace
 }  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// Parameter groups (torch.optim style, by glob): the owner runtime and the all-to-all baseline
+// apply them exactly like the oracle, and a group with lr 0 freezes its parameters.
+TEST(ParamGroups, BitMatchTheOracleAndLrZeroFreezes) {
+  TrainConfig base = base_config(OptimizerKind::muon);
+  base.steps = 6;
+  base.runtime.groups = {param_group_from_string("layers.0.*:lr=0"), param_group_from_string("*norm*:wd=0.5:lr=0.01")};
+  const ParamMap init = TransformerModel(base.model).init(base.seed);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  RanksOptions ranks;
+  ranks.world_size = 3;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    const Trajectory control = run_oracle(ctx, base);
+    for (Placement p : {Placement::owner, Placement::alltoall, Placement::zero1}) {
+      TrainConfig c = base;
+      apply_placement(p, c);
+      const Comparison cmp = compare(control, run_placement_recorded(ctx, c));
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!cmp.bitwise_equal) failures.push_back(std::string(to_string(p)) + ": " + cmp.first_bad + " " + cmp.detail);
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    int frozen = 0, moved = 0;
+    for (const auto& [name, value] : control.params.back()) {
+      const bool equal = at::equal(value, init.at(name));
+      if (name.rfind("layers.0.", 0) == 0) {
+        if (!equal) failures.push_back(name + " moved with lr 0");
+        ++frozen;
+      } else if (!equal) {
+        ++moved;
+      }
+    }
+    if (frozen == 0 || moved == 0) failures.push_back("the groups froze nothing or everything");
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
+}  // namespace
+}  // namespace mfsdp
