@@ -23,17 +23,31 @@ DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const Ru
   }
 }
 
-Stepper::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets,
-                                const std::function<void()>& before_backward) {
-  Result r;
-  for (auto& [_, p] : params_) p.mutable_grad() = at::Tensor();
-  auto t0 = std::chrono::steady_clock::now();
-  at::Tensor loss = model_.loss(tokens, targets, params_);
+std::chrono::steady_clock::time_point replica_forward_backward(const TransformerModel& model, ParamMap& params,
+                                                               const at::Tensor& tokens, const at::Tensor& targets,
+                                                               const std::function<void()>& before_backward,
+                                                               Stepper::Result& r) {
+  for (auto& [_, p] : params) p.mutable_grad() = at::Tensor();
+  const auto t0 = std::chrono::steady_clock::now();
+  at::Tensor loss = model.loss(tokens, targets, params);
   r.loss = loss.item<double>();
   r.forward_s = seconds_since(t0);
   before_backward();
-  t0 = std::chrono::steady_clock::now();
+  const auto t1 = std::chrono::steady_clock::now();
   loss.backward();
+  return t1;
+}
+
+ParamMap cpu_copies(const ParamMap& params) {
+  ParamMap out;
+  for (const auto& [name, p] : params) out.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
+  return out;
+}
+
+Stepper::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets,
+                                const std::function<void()>& before_backward) {
+  Result r;
+  auto t0 = replica_forward_backward(model_, params_, tokens, targets, before_backward, r);
   const int W = comm_.world_size();
   {
     PhaseScope phase(comm_, Phase::grad_reduce);
@@ -62,11 +76,7 @@ Stepper::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targ
   return r;
 }
 
-ParamMap DdpOracle::full_params() {
-  ParamMap out;
-  for (const auto& [name, p] : params_) out.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
-  return out;
-}
+ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
 
 int64_t DdpOracle::resident_bytes() const {
   int64_t n = 0;

@@ -14,6 +14,15 @@
 
 namespace mfsdp {
 
+// The part DDP and ZeRO-1 share: on a full replica, clear the gradients, run forward (timed into
+// r.forward_s, loss into r.loss), `before_backward`, then backward. Returns when backward started.
+std::chrono::steady_clock::time_point replica_forward_backward(const TransformerModel& model, ParamMap& params,
+                                                               const at::Tensor& tokens, const at::Tensor& targets,
+                                                               const std::function<void()>& before_backward,
+                                                               Stepper::Result& r);
+// CPU copies of every tensor of `params` (detached).
+ParamMap cpu_copies(const ParamMap& params);
+
 class DdpOracle : public Stepper {
  public:
   DdpOracle(const TransformerModel& model, Communicator& comm, const RuntimeOptions& options, const ParamMap& init);

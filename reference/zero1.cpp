@@ -35,14 +35,7 @@ class Zero1Stepper : public Stepper {
   Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
     const int W = comm_.world_size(), me = comm_.rank();
     Result r;
-    for (auto& [_, p] : params_) p.mutable_grad() = at::Tensor();
-    auto t0 = std::chrono::steady_clock::now();
-    at::Tensor loss = model_.loss(tokens, targets, params_);
-    r.loss = loss.item<double>();
-    r.forward_s = seconds_since(t0);
-    before_backward();
-    t0 = std::chrono::steady_clock::now();
-    loss.backward();
+    auto t0 = replica_forward_backward(model_, params_, tokens, targets, before_backward, r);
     std::unordered_map<std::string, at::Tensor> owned_grads;
     {
       // Reduce to owner: one uneven all-to-all per parameter, only the owner receives.
@@ -82,11 +75,7 @@ class Zero1Stepper : public Stepper {
     return r;
   }
 
-  ParamMap full_params() override {
-    ParamMap out;
-    for (const auto& [name, p] : params_) out.emplace(name, p.detach().to(at::kCPU, false, /*copy=*/true));
-    return out;
-  }
+  ParamMap full_params() override { return cpu_copies(params_); }
 
   int64_t resident_bytes() const override {
     int64_t n = 0;
