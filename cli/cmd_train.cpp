@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
+#include <cstdio>
 #include <fstream>
 
 namespace mfsdp::cli {
@@ -75,12 +75,7 @@ TrainConfig make_config(const TrainArgs& a) {
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = a.prefetch;
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
-  {
-    std::vector<std::string> names;
-    const TransformerModel model(c.model);  // (a temporary's spec() would dangle in the loop)
-    for (const ParamSpec& p : model.spec().params) names.push_back(p.name);
-    check_groups(c.runtime, names);
-  }
+  check_groups(c);
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
   c.runtime.non_finite = a.on_non_finite == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::fail;
   if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = a.lr;
@@ -180,7 +175,10 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   if (metrics.is_open()) {
     metrics << nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"ranks", ranks}}.dump() << "\n";
     metrics.close();
-    std::filesystem::rename(tmp_metrics, a.metrics);  // complete or absent, never half-written
+    // Complete or absent, never half-written (POSIX rename: see docs/gloo-notes.md on libtorch's
+    // std::filesystem symbols).
+    TORCH_CHECK(::rename(tmp_metrics.c_str(), a.metrics.c_str()) == 0, "train: cannot rename '", tmp_metrics, "' to '",
+                a.metrics, "'");
     std::printf("metrics: %s\n", a.metrics.c_str());
   }
 }

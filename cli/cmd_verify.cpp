@@ -53,10 +53,7 @@ int run_verify(const VerifyArgs& a) {
     config.planner.tail_policy = tail_policy_from_string(a.tail_policy);
     config.planner.optimizer = config.runtime.optimizer = optimizer_kind_from_string(a.optimizer);
     for (const std::string& g : a.groups) config.runtime.groups.push_back(param_group_from_string(g));
-    std::vector<std::string> names;
-    const TransformerModel model(config.model);  // (a temporary's spec() would dangle in the loop)
-    for (const ParamSpec& p : model.spec().params) names.push_back(p.name);
-    check_groups(config.runtime, names);
+    check_groups(config);
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }

@@ -152,6 +152,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
   optimizers_.resize(plan_.shards().size());
   reconstruct_.assign(plan_.shards().size(), false);
   reconstruct_buf_.resize(plan_.shards().size());
+  reconstruct_muon_.resize(plan_.shards().size());
   for (size_t i = 0; i < plan_.shards().size(); ++i) {
     const MatrixShard& s = plan_.shards()[i];
     // A hidden matrix kept in even row shards under Muon: the FSDP2 reconstruction baseline.
@@ -164,7 +165,10 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     for (const auto& sl : s.slices)
       if (sl.rank == comm_.rank()) mine = &sl;
     local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
-    if (reconstruct_[i]) continue;  // stepped by the reconstruction or all-to-all Muon step
+    if (reconstruct_[i]) {  // stepped by the reconstruction or all-to-all Muon step
+      reconstruct_muon_[i] = options_for(options_, s.name).muon;
+      continue;
+    }
     const bool hidden = s.kind == ParamKind::hidden_matrix;
     TORCH_CHECK(!hidden || s.role == Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: rank ",
                 comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
@@ -369,7 +373,7 @@ void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
       if (send[j] == 0) continue;
       const int i = shards[start + j];
       const MatrixShard& s = plan_.shards()[i];
-      const MuonOptions mo = options_for(options_, s.name).muon;
+      const MuonOptions& mo = reconstruct_muon_[i];
       at::Tensor param = units_[s.unit]->local_param(i);
       param.mul_(1 - mo.lr * mo.weight_decay);
       param.add_(back_out.narrow(0, cursor, send[j]).view(param.sizes()),
@@ -385,7 +389,7 @@ void OwnerRuntime::alltoall_muon_step(const std::vector<int>& shards) {
 void OwnerRuntime::reconstruct_muon_step(int i) {
   const MatrixShard& s = plan_.shards()[i];
   Unit& unit = *units_[s.unit];
-  const MuonOptions o = options_for(options_, s.name).muon;
+  const MuonOptions& o = reconstruct_muon_[i];
   const int W = comm_.world_size();
   const int64_t rows = s.shape[0], cols = s.shape[1], chunk = (rows + W - 1) / W;
   at::Tensor param = unit.local_param(i), grad = unit.local_grad(i);

@@ -141,6 +141,7 @@ class OwnerRuntime {
   std::vector<std::unique_ptr<TensorOptimizer>> optimizers_;  // per plan shard; null where not stored here
   std::vector<bool> reconstruct_;             // per shard: stepped by the reconstruction baseline
   std::vector<at::Tensor> reconstruct_buf_;   // its row-sharded momentum
+  std::vector<MuonOptions> reconstruct_muon_; // its Muon options, parameter groups applied
   std::vector<int> reduce_order_;     // units in the order their reductions were issued
   std::vector<int> forward_order_;    // units in the order after_forward pinned them (this step)
   bool callback_queued_ = false;

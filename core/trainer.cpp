@@ -56,16 +56,18 @@ void apply_placement(Placement placement, TrainConfig& config) {
   }
 }
 
+void check_groups(const TrainConfig& config) {
+  std::vector<std::string> names;
+  for (const ParamSpec& p : transformer_spec(config.model).params) names.push_back(p.name);
+  check_groups(config.runtime, names);
+}
+
 TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const StepperFactory& make,
                        const std::function<void(const StepMetrics&)>& on_step) {
   TORCH_CHECK(config.steps >= 0, "train: steps must be >= 0");
   TORCH_CHECK(config.model.vocab >= 256, "train: the byte-level corpus needs a vocabulary of at least 256");
   TransformerModel model(config.model);
-  {
-    std::vector<std::string> names;
-    for (const ParamSpec& p : model.spec().params) names.push_back(p.name);
-    check_groups(config.runtime, names);  // before any collective
-  }
+  check_groups(config);  // before any collective
   const ByteCorpus corpus = ByteCorpus::load(config.data);
   const at::Device device = config.runtime.device;
   Communicator comm(ctx.backend);

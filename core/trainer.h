@@ -76,6 +76,10 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 // alltoall: every parameter in even shards, and how Muon steps them).
 void apply_placement(Placement placement, TrainConfig& config);
 
+// Throws naming the first parameter group of config.runtime that matches no parameter of
+// config.model (a usage error, found before any collective).
+void check_groups(const TrainConfig& config);
+
 // One placement's training step on one rank, behind the common loop (train_loop).
 class Stepper {
  public:
