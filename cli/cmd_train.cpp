@@ -5,6 +5,7 @@
 #include "core/errors.h"
 #include "core/launcher.h"
 #include "core/memory_model.h"
+#include "core/checkpoint.h"
 #include "core/trainer.h"
 #include "reference/placements.h"
 
@@ -45,6 +46,11 @@ struct TrainArgs {
   std::string on_non_finite = "fail";
   int layers = 2, hidden = 64, heads = 4, intermediate = 128;
   std::vector<int> kill_at;  // hidden: RANK STEP
+  std::vector<int> kill_in_checkpoint;  // hidden: RANK STEP
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  bool resume = false;
+  std::string resume_from;
   std::vector<std::string> groups;
 };
 
@@ -93,6 +99,15 @@ TrainConfig make_config(const TrainArgs& a) {
   c.seed = a.seed;
   c.data = a.data;
   if (a.kill_at.size() == 2) c.kill_rank_at_step = std::make_pair(a.kill_at[0], a.kill_at[1]);
+  if (a.kill_in_checkpoint.size() == 2) c.kill_rank_in_checkpoint = std::make_pair(a.kill_in_checkpoint[0], a.kill_in_checkpoint[1]);
+  TORCH_CHECK(a.checkpoint_every == 0 || !a.checkpoint_dir.empty(), "train: --checkpoint-every needs --checkpoint-dir");
+  TORCH_CHECK(!a.resume || !a.checkpoint_dir.empty(), "train: --resume needs --checkpoint-dir (or use --resume-from PATH)");
+  c.checkpoint_dir = a.checkpoint_dir;
+  c.checkpoint_every = a.checkpoint_every;
+  // --resume: continue from the directory's latest checkpoint if it has one (a fresh start if not,
+  // so one command line serves the first run and every restart); --resume-from: that checkpoint.
+  if (!a.resume_from.empty()) c.resume_from = a.resume_from;
+  else if (a.resume && has_checkpoint(a.checkpoint_dir)) c.resume_from = a.checkpoint_dir;
   return c;
 }
 
@@ -115,6 +130,9 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
                 a.prefetch ? ", prefetch" : "", a.steps, static_cast<long long>(a.batch), static_cast<long long>(a.seq));
     std::fflush(stdout);
   }
+  if (ctx.rank == 0 && a.resume && config.resume_from.empty()) {
+    std::printf("resume: no checkpoint under %s yet; starting at step 0\n", a.checkpoint_dir.c_str());
+  }
   auto report = [&](const StepMetrics& m) {
     if (ctx.rank != 0) return;
     const int width = 20, done = static_cast<int>(static_cast<double>(m.step) / a.steps * width);
@@ -127,18 +145,29 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
                 static_cast<long long>(m.bytes[2].calls), human_bytes(m.resident_bytes).c_str(),
                 human_bytes(m.peak_gathered_bytes).c_str(),
                 m.skipped ? ("  SKIPPED: non-finite gradient in " + m.non_finite_parameter).c_str() : "");
+    if (!m.checkpoint.empty()) std::printf("checkpoint: %s (%.1f ms)\n", m.checkpoint.c_str(), 1e3 * m.checkpoint_s);
     std::fflush(stdout);
     if (metrics.is_open()) {
       nlohmann::ordered_json j{{"step", m.step}, {"loss", m.loss}, {"forward_ms", 1e3 * m.forward_s},
                                {"backward_ms", 1e3 * m.backward_s}, {"optimizer_ms", 1e3 * m.optimizer_s},
                                {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
                                {"skipped", m.skipped}};
+      if (!m.checkpoint.empty()) j["checkpoint"] = {{"dir", m.checkpoint}, {"ms", 1e3 * m.checkpoint_s}};
       for (int p = 0; p < kNumPhases; ++p) {
         j["phases"][to_string(static_cast<Phase>(p))] = {
             {"calls", m.bytes[p].calls}, {"bytes_sent", m.bytes[p].bytes_sent}, {"bytes_recv", m.bytes[p].bytes_recv}};
       }
       metrics << j.dump() << "\n" << std::flush;
     }
+  };
+  config.on_resume = [&](const ResumeInfo& r) {
+    if (ctx.rank != 0) return;
+    std::printf("resume: %s, step %lld, written by %d rank(s); %s; rank 0 read %lld of %lld checkpoint bytes\n",
+                r.checkpoint.c_str(), static_cast<long long>(r.step), r.written_world_size,
+                r.same_layout ? "same layout (each rank read its own file)" : "resharded onto this plan",
+                static_cast<long long>(r.bytes_read), static_cast<long long>(r.bytes_total));
+    for (const std::string& w : r.warnings) std::printf("resume: warning: %s\n", w.c_str());
+    std::fflush(stdout);
   };
   TrainResult result = train_placement(ctx, config, report);
 
@@ -253,6 +282,14 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--intermediate", a->intermediate, "MLP size")->check(CLI::Range(8, 16384));
   cmd->add_option("--fault-kill", a->kill_at, "RANK STEP: that rank kills itself mid-step (fault tests)")
       ->expected(2)->group("");
+  cmd->add_option("--fault-kill-in-checkpoint", a->kill_in_checkpoint,
+                  "RANK STEP: that rank kills itself in that step's checkpoint, after writing its file (fault tests)")
+      ->expected(2)->group("");
+  cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "Write checkpoints into this directory (step_N/, latest)");
+  cmd->add_option("--checkpoint-every", a->checkpoint_every, "Steps between checkpoints (and one after the last step)")
+      ->check(CLI::Range(1, 1000000));
+  cmd->add_flag("--resume", a->resume, "Continue from --checkpoint-dir's latest checkpoint, if any (any world size, planner, tail policy)");
+  cmd->add_option("--resume-from", a->resume_from, "Continue from this checkpoint (a step directory or a checkpoint directory)");
   cmd->callback([&run, a] { run = [a] { return run_train(*a); }; });
 }
 

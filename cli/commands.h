@@ -20,6 +20,7 @@ void add_launch_command(CLI::App& app, Action& run);
 void add_plan_command(CLI::App& app, Action& run);
 void add_train_command(CLI::App& app, Action& run);
 void add_verify_command(CLI::App& app, Action& run);
+void add_checkpoint_commands(CLI::App& app, Action& run);  // export, checkpoint inspect
 
 // The process's command line (argv[0] first), for relaunching it per rank.
 const std::vector<std::string>& raw_args();

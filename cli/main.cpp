@@ -59,6 +59,7 @@ int main(int argc, char** argv) {
   add_plan_command(app, run);
   add_train_command(app, run);
   add_verify_command(app, run);
+  add_checkpoint_commands(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -1,5 +1,6 @@
 #include "core/data.h"
 
+#include "core/checkpoint_format.h"
 #include "core/determinism.h"
 
 #include <ATen/ops/empty.h>
@@ -19,6 +20,7 @@ ByteCorpus ByteCorpus::load(const std::string& path) {
               path.empty() ? " (the default corpus from Debian's base-files; pass --data FILE)" : "");
   c.bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   TORCH_CHECK(c.bytes_.size() >= 2, "data: '", c.path_, "' has ", c.bytes_.size(), " bytes; need at least 2");
+  c.crc32_ = mfsdp::crc32(c.bytes_.data(), c.bytes_.size());
   return c;
 }
 

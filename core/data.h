@@ -22,6 +22,7 @@ class ByteCorpus {
 
   const std::string& path() const { return path_; }
   int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
+  uint32_t crc32() const { return crc32_; }  // of the whole text (checkpoints record it)
 
   // Rank `rank`'s micro-batch for `step`: B windows of S + 1 bytes at offsets drawn from a
   // generator seeded by (seed, step, rank); returns (tokens [B, S], targets [B, S]) as int64.
@@ -30,6 +31,7 @@ class ByteCorpus {
  private:
   std::string path_;
   std::vector<uint8_t> bytes_;
+  uint32_t crc32_ = 0;
 };
 
 }  // namespace mfsdp

@@ -1,6 +1,7 @@
 #include "core/optim.h"
 
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/eye.h>
 #include <ATen/ops/linalg_eigh.h>
 #include <ATen/ops/linalg_qr.h>
@@ -10,6 +11,7 @@
 #include <ATen/ops/zeros_like.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
 
 namespace mfsdp {
@@ -51,6 +53,56 @@ void check_matrix_step(const char* name, const at::Tensor& param, const at::Tens
               ": needs a real floating-point tensor, got ", grad.scalar_type());
 }
 
+// Takes entries out of a loaded state, checking each; done() checks nothing was left over.
+class StateLoader {
+ public:
+  StateLoader(const char* optimizer, const std::map<std::string, at::Tensor>& state,
+              const std::map<std::string, double>& scalars)
+      : optimizer_(optimizer), state_(state), scalars_(scalars) {}
+  bool empty() const { return state_.empty(); }
+  bool has(const std::string& name) const { return state_.count(name) > 0; }
+  at::Tensor take(const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = state_.find(name);
+    TORCH_CHECK(it != state_.end(), optimizer_, ": loaded state lacks '", name, "'");
+    const at::Tensor& t = it->second;
+    TORCH_CHECK(t.defined() && t.sizes() == at::IntArrayRef(shape), optimizer_, ": loaded state '", name, "' has shape ",
+                t.defined() ? t.sizes() : at::IntArrayRef{}, ", expected ", at::IntArrayRef(shape));
+    TORCH_CHECK(at::isFloatingType(t.scalar_type()), optimizer_, ": loaded state '", name, "' has dtype ",
+                t.scalar_type(), ", expected a floating-point type");
+    taken_.push_back(name);
+    return t;
+  }
+  // A counter: a non-negative integer (AdamW's step is an integer-valued float, as in torch).
+  int64_t counter(const std::string& name, int64_t max = int64_t{1} << 52) {
+    auto it = scalars_.find(name);
+    TORCH_CHECK(it != scalars_.end(), optimizer_, ": loaded state lacks the scalar '", name, "'");
+    const double v = it->second;
+    TORCH_CHECK(std::isfinite(v) && v >= 0 && v <= static_cast<double>(max) && v == std::floor(v), optimizer_,
+                ": loaded scalar '", name, "' must be an integer in [0, ", max, "], got ", v);
+    taken_scalars_.push_back(name);
+    return static_cast<int64_t>(v);
+  }
+  void done() const {
+    for (const auto& [name, _] : state_)
+      TORCH_CHECK(std::find(taken_.begin(), taken_.end(), name) != taken_.end(), optimizer_,
+                  ": loaded state has an unknown entry '", name, "'");
+    for (const auto& [name, _] : scalars_)
+      TORCH_CHECK(std::find(taken_scalars_.begin(), taken_scalars_.end(), name) != taken_scalars_.end(), optimizer_,
+                  ": loaded state has an unknown scalar '", name, "'");
+  }
+
+ private:
+  const char* optimizer_;
+  const std::map<std::string, at::Tensor>& state_;
+  const std::map<std::string, double>& scalars_;
+  std::vector<std::string> taken_, taken_scalars_;
+};
+
+void check_param_shape(const char* optimizer, const std::vector<int64_t>& mine, const std::vector<int64_t>& given) {
+  TORCH_CHECK(mine == given, optimizer, ": state loaded for a parameter of shape ", at::IntArrayRef(given),
+              ", but this optimizer steps shape ", at::IntArrayRef(mine));
+}
+
 }  // namespace
 
 at::Tensor matrix_inverse_root(const at::Tensor& a, int root, double epsilon) {
@@ -84,6 +136,14 @@ class Muon final : public TensorOptimizer {
     param.add_(update, -adjusted);
   }
   std::map<std::string, at::Tensor> state() const override { return {{"momentum_buffer", buf_}}; }
+  void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                  const std::vector<int64_t>& param_shape) override {
+    check_param_shape("muon", full_shape_, param_shape);
+    StateLoader in("muon", state, scalars);
+    at::Tensor buf = in.empty() ? at::Tensor() : in.take("momentum_buffer", full_shape_);
+    in.done();
+    buf_ = buf;
+  }
 
  private:
   MuonOptions o_;
@@ -117,6 +177,17 @@ class AdamW final : public TensorOptimizer {
     return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
   }
   std::map<std::string, double> scalars() const override { return {{"step", step_}}; }
+  void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                  const std::vector<int64_t>& param_shape) override {
+    StateLoader in("adamw", state, scalars);
+    const int64_t step = in.counter("step", int64_t{1} << 24);  // exact in torch's float32 step
+    at::Tensor m, v;
+    if (!in.empty()) m = in.take("exp_avg", param_shape), v = in.take("exp_avg_sq", param_shape);
+    TORCH_CHECK(in.empty() == (step == 0), "adamw: loaded step ", step, in.empty() ? " without" : " with",
+                " moment estimates");
+    in.done();
+    exp_avg_ = m, exp_avg_sq_ = v, step_ = static_cast<double>(step);
+  }
 
  private:
   AdamWOptions o_;
@@ -211,7 +282,37 @@ class Shampoo final : public TensorOptimizer {
     }
     return out;
   }
-  std::map<std::string, double> scalars() const override { return {{"step", static_cast<double>(t_)}}; }
+  std::map<std::string, double> scalars() const override {
+    return {{"step", static_cast<double>(t_)}, {"roots_ready", roots_ready_ ? 1.0 : 0.0}};
+  }
+  void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                  const std::vector<int64_t>& param_shape) override {
+    check_param_shape("shampoo", shape_, param_shape);
+    StateLoader in("shampoo", state, scalars);
+    const int64_t t = in.counter("step");
+    const bool ready = in.counter("roots_ready", 1) == 1;
+    std::vector<Block> blocks;
+    if (!in.empty()) {
+      // The block shapes follow from the parameter's shape and max_preconditioner_dim.
+      const at::Tensor probe = at::empty(shape_, at::TensorOptions().device(at::kMeta));
+      const std::vector<at::Tensor> shapes = blocks_of(probe, o_.max_preconditioner_dim);
+      for (size_t k = 0; k < shapes.size(); ++k) {
+        const std::string pre = "block_" + std::to_string(k) + ".";
+        const int64_t m = shapes[k].size(0), n = shapes[k].size(1);
+        Block b;
+        b.left = in.take(pre + "factor_left", {m, m});
+        b.right = in.take(pre + "factor_right", {n, n});
+        b.left_root = in.take(pre + "inv_root_left", {m, m});
+        b.right_root = in.take(pre + "inv_root_right", {n, n});
+        b.momentum = in.take(pre + "momentum", {m, n});
+        if (o_.adam_grafting) b.graft_v = in.take(pre + "grafting_exp_avg_sq", {m, n});
+        blocks.push_back(std::move(b));
+      }
+    }
+    TORCH_CHECK(blocks.empty() == (t == 0), "shampoo: loaded step ", t, blocks.empty() ? " without" : " with", " block state");
+    in.done();
+    blocks_ = std::move(blocks), t_ = t, roots_ready_ = ready;
+  }
 
  private:
   struct Block {
@@ -279,6 +380,23 @@ class Soap final : public TensorOptimizer {
     return out;
   }
   std::map<std::string, double> scalars() const override { return {{"step", static_cast<double>(t_)}}; }
+  void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                  const std::vector<int64_t>& param_shape) override {
+    check_param_shape("soap", shape_, param_shape);
+    StateLoader in("soap", state, scalars);
+    const int64_t t = in.counter("step");
+    const int64_t m = shape_[0], n = shape_[1];
+    at::Tensor exp_avg, exp_avg_sq, gg_left, gg_right, q_left, q_right;
+    if (!in.empty()) {  // built on the first call, whose step count is still 0
+      exp_avg = in.take("exp_avg", shape_), exp_avg_sq = in.take("exp_avg_sq", shape_);
+      if (m <= o_.max_precond_dim) gg_left = in.take("GG_left", {m, m}), q_left = in.take("Q_left", {m, m});
+      if (n <= o_.max_precond_dim) gg_right = in.take("GG_right", {n, n}), q_right = in.take("Q_right", {n, n});
+    }
+    TORCH_CHECK(!in.empty() || t == 0, "soap: loaded step ", t, " without state");
+    in.done();
+    exp_avg_ = exp_avg, exp_avg_sq_ = exp_avg_sq, gg_left_ = gg_left, gg_right_ = gg_right, q_left_ = q_left, q_right_ = q_right;
+    t_ = t;
+  }
 
  private:
   void update_factors(const at::Tensor& g) {

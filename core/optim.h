@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace mfsdp {
 
@@ -79,6 +80,12 @@ class TensorOptimizer {
   virtual void step(at::Tensor& param, const at::Tensor& grad) = 0;
   virtual std::map<std::string, at::Tensor> state() const = 0;
   virtual std::map<std::string, double> scalars() const { return {}; }  // e.g. the step count
+  // Replaces the state with what state() and scalars() of an optimizer of the same kind and shape
+  // returned (undefined tensors left out; no tensors at all: not stepped yet). `param_shape` is the
+  // shape of the tensor this optimizer steps. Names, shapes, dtypes and counters are checked;
+  // throws naming the optimizer and the entry. Tensors are kept as given (on the parameter's device).
+  virtual void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                          const std::vector<int64_t>& param_shape) = 0;
   virtual int64_t state_bytes() const;
 };
 

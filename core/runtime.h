@@ -117,6 +117,13 @@ class OwnerRuntime {
   // Every parameter in full on every rank, as CPU tensors (collectives in phase `other`).
   ParamMap gather_full_params();
 
+  // For checkpoints: the optimizer stepping plan shard `shard` here (null where this rank stores
+  // none of it, or where the even-matrix Muon step owns it), and for those even-sharded hidden
+  // matrices (reconstruct, alltoall) whether they are, and this rank's rows of their momentum.
+  TensorOptimizer* optimizer(int shard) { return optimizers_.at(shard).get(); }
+  bool steps_even_matrix(int shard) const { return reconstruct_.at(shard); }
+  at::Tensor& even_momentum(int shard) { return reconstruct_buf_.at(shard); }
+
   int64_t resident_bytes() const;    // segments + segment gradients + optimizer state
   int64_t optimizer_state_bytes() const;
   int64_t gathered_bytes() const;    // transient bytes resident now

@@ -128,16 +128,20 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   in.fd = open_read(path);
   struct stat st {};
   TORCH_CHECK(::fstat(in.fd, &st) == 0, "safetensors: cannot stat '", path, "'");
-  const int64_t size = st.st_size;
+  return parse_safetensors_header(path, st.st_size,
+                                  [&](void* out, size_t n, int64_t offset) { read_at(in.fd, out, n, offset, path); });
+}
+
+SafetensorsHeader parse_safetensors_header(const std::string& path, int64_t size, const ReadAt& read) {
   TORCH_CHECK(size >= 8, "safetensors: '", path, "' is ", size, " bytes, shorter than the 8-byte header length");
   unsigned char len[8];
-  read_at(in.fd, len, 8, 0, path);
+  read(len, 8, 0);
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   TORCH_CHECK(n <= static_cast<uint64_t>(kMaxHeaderBytes) && static_cast<int64_t>(n) <= size - 8, "safetensors: '", path,
               "' claims a header of ", n, " bytes but the file has ", size - 8, " after the length");
   std::string text(n, '\0');
-  read_at(in.fd, text.data(), n, 8, path);
+  read(text.data(), n, 8);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -203,21 +207,27 @@ SafetensorsHeader read_safetensors_header(const std::string& path) {
   return h;
 }
 
-at::Tensor read_safetensors_rows(const SafetensorsHeader& h, const std::string& name, int64_t row_begin, int64_t rows) {
+at::Tensor read_safetensors_rows(const SafetensorsHeader& h, const std::string& name, int64_t row_begin, int64_t rows,
+                                 const ReadAt& read) {
   const SafetensorsEntry& e = h.at(name);
   TORCH_CHECK(!e.shape.empty() || (row_begin == 0 && rows == 1), "safetensors: '", h.path, "', tensor '", name, "' is a scalar");
   const int64_t total_rows = e.shape.empty() ? 1 : e.shape[0];
-  TORCH_CHECK(row_begin >= 0 && rows >= 0 && row_begin + rows <= total_rows, "safetensors: '", h.path, "', tensor '", name,
-              "': rows [", row_begin, ", ", row_begin + rows, ") outside its ", total_rows);
+  TORCH_CHECK(row_begin >= 0 && rows >= 0 && row_begin <= total_rows && rows <= total_rows - row_begin, "safetensors: '",
+              h.path, "', tensor '", name, "': rows [", row_begin, ", ", row_begin + rows, ") outside its ", total_rows);
   std::vector<int64_t> shape = e.shape;
   if (!shape.empty()) shape[0] = rows;
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(e.dtype));
   const int64_t row_bytes = total_rows == 0 ? 0 : (e.end - e.begin) / total_rows;
   if (out.nbytes() == 0) return out;
+  read(out.mutable_data_ptr(), out.nbytes(), h.data_start + e.begin + row_begin * row_bytes);
+  return out;
+}
+
+at::Tensor read_safetensors_rows(const SafetensorsHeader& h, const std::string& name, int64_t row_begin, int64_t rows) {
   Fd in;
   in.fd = open_read(h.path);
-  read_at(in.fd, out.mutable_data_ptr(), out.nbytes(), h.data_start + e.begin + row_begin * row_bytes, h.path);
-  return out;
+  return read_safetensors_rows(h, name, row_begin, rows,
+                               [&](void* out, size_t n, int64_t offset) { read_at(in.fd, out, n, offset, h.path); });
 }
 
 at::Tensor read_safetensors_tensor(const SafetensorsHeader& h, const std::string& name) {

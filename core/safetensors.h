@@ -11,6 +11,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -41,10 +42,17 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
 
 // Parses and validates the header of `path`.
 SafetensorsHeader read_safetensors_header(const std::string& path);
+// The same from any byte source: `read(out, n, offset)` fills n bytes at file offset `offset` of a
+// file of `file_size` bytes (for readers that verify checksums as they read); `path` names it.
+using ReadAt = std::function<void(void* out, size_t n, int64_t offset)>;
+SafetensorsHeader parse_safetensors_header(const std::string& path, int64_t file_size, const ReadAt& read);
 
 // Reads one tensor (CPU), or rows [row_begin, row_begin + rows) of it, reading only those bytes.
 at::Tensor read_safetensors_tensor(const SafetensorsHeader& header, const std::string& name);
 at::Tensor read_safetensors_rows(const SafetensorsHeader& header, const std::string& name, int64_t row_begin, int64_t rows);
+// The same through `read` (see parse_safetensors_header).
+at::Tensor read_safetensors_rows(const SafetensorsHeader& header, const std::string& name, int64_t row_begin, int64_t rows,
+                                 const ReadAt& read);
 
 // The format's dtype names ("F32", "BF16", ...), both ways; throw on unsupported ones.
 const char* safetensors_dtype(c10::ScalarType dtype);

@@ -7,6 +7,8 @@
 #include "core/ranks.h"
 #include "core/runtime.h"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -32,6 +34,17 @@ const char* to_string(Placement placement);
 Placement placement_from_string(const std::string& name);  // throws naming the known ones
 bool runs_on_owner_runtime(Placement placement);
 
+// What a run resumed from (TrainResult::resumed).
+struct ResumeInfo {
+  std::string checkpoint;  // empty: started at step 0
+  int64_t step = 0;
+  int written_world_size = 0;
+  bool same_layout = false;  // the fast path: every rank read only its own file
+  int64_t bytes_read = 0, bytes_total = 0;  // by this rank; of every rank file
+  std::vector<std::string> warnings;        // sampler settings that differ from the checkpoint's
+  std::string sampler;                      // the sampler state the checkpoint recorded (JSON)
+};
+
 struct TrainConfig {
   TransformerConfig model = preset_config("tiny");
   Placement placement = Placement::owner;  // set with apply_placement
@@ -45,9 +58,21 @@ struct TrainConfig {
   // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
   // phase `other`, after the step's counters were read): for differential tests and verify.
   bool record_params = false;
-  // Fault injection for tests: this rank SIGKILLs itself in the backward pass of this step.
+  // Fault injection for tests: this rank SIGKILLs itself in the backward pass of this step, or
+  // in the checkpoint of this step after writing its rank file (before the commit).
   std::optional<std::pair<int, int>> kill_rank_at_step;
+  std::optional<std::pair<int, int>> kill_rank_in_checkpoint;
+
+  // Checkpoints (docs/checkpoints.md): every `checkpoint_every` steps and after the last step,
+  // into checkpoint_dir/step_N (latest names the newest). Owner-runtime placements write them.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  // Start from this checkpoint (a step directory, or a checkpoint directory's latest) instead of
+  // step 0, on any world size, planner or tail policy; `steps` stays the total step count.
+  std::string resume_from;
+  std::function<void(const ResumeInfo&)> on_resume;  // told what was loaded, before the first step
 };
+
 
 struct StepMetrics {
   int step = 0;
@@ -59,9 +84,13 @@ struct StepMetrics {
   int64_t peak_gathered_bytes = 0;
   bool skipped = false;
   std::string non_finite_parameter;
+  std::string checkpoint;  // committed after this step, if any
+  double checkpoint_s = 0;
 };
 
 struct TrainResult {
+  ResumeInfo resumed;
+  std::vector<std::string> checkpoints;  // committed by this run, in order
   std::vector<StepMetrics> steps;
   ParamMap final_params;  // full, gathered at the end (every rank)
   std::vector<ParamMap> params_per_step;  // with TrainConfig::record_params
@@ -71,6 +100,9 @@ struct TrainResult {
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The model's configuration as JSON (checkpoints record it).
+nlohmann::json model_config_json(const TransformerConfig& model);
 
 // Sets config.placement and what it implies for the plan and the runtime (reconstruct and
 // alltoall: every parameter in even shards, and how Muon steps them).
@@ -97,6 +129,12 @@ class Stepper {
   virtual int64_t resident_bytes() const = 0;
   virtual int64_t peak_gathered_bytes() const { return 0; }
   virtual uint64_t plan_hash() const { return 0; }
+  // Checkpoints: writes one after `step` steps under `root` (collective; returns its directory),
+  // or loads one and returns what it found. `sampler` is this rank's sampler state as JSON text.
+  // Placements that cannot say so.
+  virtual std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
+                                      const std::string& sampler);
+  virtual ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config);
 };
 using StepperFactory =
     std::function<std::unique_ptr<Stepper>(const TransformerModel& model, Communicator& comm, const ParamMap& init)>;

@@ -1,5 +1,6 @@
 #include "oracle/oracle.h"
 
+#include "core/checkpoint.h"
 #include "core/reduction.h"
 #include "core/tensor_compare.h"
 
@@ -77,6 +78,42 @@ Stepper::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targ
 }
 
 ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
+
+ResumeInfo DdpOracle::load_checkpoint(const std::string& checkpoint, const TrainConfig&) {
+  FullState full = read_full_state(checkpoint);
+  for (const std::string& name : order_) {
+    auto it = full.params.find(name);
+    TORCH_CHECK(it != full.params.end(), "checkpoint: '", checkpoint, "' was written for a different model: it has no parameter '",
+                name, "'");
+    at::Tensor p = params_.at(name).detach();
+    TORCH_CHECK(it->second.sizes() == p.sizes() && it->second.scalar_type() == p.scalar_type(), "checkpoint: '", checkpoint,
+                "' was written for a different model: parameter '", name, "' is ", it->second.sizes(), " ",
+                it->second.scalar_type(), " there but ", p.sizes(), " ", p.scalar_type(), " here");
+    p.copy_(it->second);
+    TensorOptimizer& opt = *optimizers_.at(name);
+    auto st = full.optimizers.find(name);
+    if (st == full.optimizers.end()) {
+      TORCH_CHECK(full.step == 0, "checkpoint: '", checkpoint, "' was written after step ", full.step,
+                  " but holds no optimizer state for '", name, "'");
+      continue;
+    }
+    TORCH_CHECK(st->second.kind == to_string(opt.kind()), "checkpoint: '", checkpoint, "' stepped '", name, "' with ",
+                st->second.kind, "; this run steps it with ", to_string(opt.kind()), " (pass the same --optimizer)");
+    for (auto& [_, t] : st->second.state) t = t.to(p.device());
+    opt.load_state(st->second.state, st->second.scalars, p.sizes().vec());
+  }
+  TORCH_CHECK(full.params.size() == order_.size(), "checkpoint: '", checkpoint,
+              "' was written for a different model: it has parameters this model lacks");
+  ResumeInfo info;
+  info.checkpoint = checkpoint;
+  info.step = full.step;
+  info.written_world_size = full.layout.world_size();
+  info.bytes_read = info.bytes_total = 0;
+  for (const FileManifest& m : full.layout.manifest) info.bytes_read += m.bytes, info.bytes_total += m.bytes;
+  const int rank = comm_.rank();
+  info.sampler = full.layout.ranks[rank < full.layout.world_size() ? rank : 0].sampler.dump();
+  return info;
+}
 
 int64_t DdpOracle::resident_bytes() const {
   int64_t n = 0;

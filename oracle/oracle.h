@@ -32,6 +32,9 @@ class DdpOracle : public Stepper {
   Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override;
   ParamMap full_params() override;
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
+  // Every rank reads the whole consolidated state (parameters and optimizer state) of a checkpoint
+  // written by any owner-runtime placement at any world size.
+  ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config) override;
 
   const ParamMap& params() const { return params_; }
   const ParamMap& reduced_grads() const { return grads_; }
