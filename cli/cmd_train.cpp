@@ -217,6 +217,10 @@ int run_train(const TrainArgs& a) {
   try {
     config = make_config(a);
     apply_placement(placement_from_string(a.placement), config);
+    TORCH_CHECK(config.checkpoint_dir.empty() || runs_on_owner_runtime(config.placement), "train: placement ", a.placement,
+                " does not write checkpoints (owner, reconstruct and alltoall do)");
+    TORCH_CHECK(config.resume_from.empty() || runs_on_owner_runtime(config.placement) || config.placement == Placement::ddp,
+                "train: placement ", a.placement, " does not resume from checkpoints (owner, reconstruct, alltoall and ddp do)");
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }

@@ -541,7 +541,7 @@ void export_model(const std::string& checkpoint, const std::string& out) {
   FullState full = read_full_state(checkpoint, /*with_optimizer_state=*/false);
   std::vector<std::pair<std::string, at::Tensor>> tensors(full.params.begin(), full.params.end());
   write_safetensors(out, tensors,
-                    {{"format", "pt"}, {"mfsdp_step", std::to_string(full.step)}, {"mfsdp_checkpoint", checkpoint}});
+                    {{"format", "pt"}, {"mfsdp_step", std::to_string(full.step)}});  // no path: equal states, equal files
 }
 
 bool inspect_checkpoint(const std::string& checkpoint, bool verify, std::string& report) {

@@ -37,6 +37,7 @@ class DdpOracle : public Stepper {
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config) override;
 
   const ParamMap& params() const { return params_; }
+  const TensorOptimizer& optimizer(const std::string& name) const { return *optimizers_.at(name); }
   const ParamMap& reduced_grads() const { return grads_; }
 
  private:

@@ -1,0 +1,423 @@
+// Checkpoints, bit for bit (docs/checkpoints.md):
+//  - round trip at the same W: load then save again reproduces every byte of every rank file
+//    (parameters, every optimizer state, counters, generator state), for all four optimizers;
+//  - reshard: a checkpoint written at W = 4 continues at W = 2, 3, 8, under other planners and tail
+//    policies, and (Muon, AdamW) under the reconstruct and all-to-all placements, bitwise equal to
+//    the DDP oracle resumed from the same consolidated state, over 10 steps;
+//  - each rank of a resharded load reads only part of the checkpoint;
+//  - bad input: truncated and corrupted files, a missing rank file, an unknown format version, a
+//    different model, a lying safetensors header, an edited plan: each a clear error naming the file.
+#include "core/checkpoint.h"
+#include "core/planner.h"
+#include "core/ranks.h"
+#include "core/tensor_compare.h"
+#include "oracle/oracle.h"
+#include "reference/placements.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+namespace mfsdp {
+namespace {
+
+std::string temp_dir(const std::string& tag) {
+  std::string t = "/tmp/mfsdp_ckpt_" + tag + "_XXXXXX";
+  TORCH_CHECK(::mkdtemp(t.data()), "mkdtemp failed");
+  return t;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  ASSERT_TRUE(out.good()) << "cannot write " << path;
+}
+
+TrainConfig base_config(OptimizerKind optimizer) {
+  TrainConfig c;
+  c.model = preset_config("tiny");
+  c.model.hidden = 32;
+  c.model.intermediate = 64;
+  c.batch = 2;
+  c.seq = 8;
+  c.seed = 5;
+  c.runtime.optimizer = c.planner.optimizer = optimizer;
+  c.runtime.muon.lr = 0.02;
+  c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
+  // Roots and eigenbases refreshed before the checkpoint and several times after it.
+  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 3;
+  return c;
+}
+
+std::string name_of(const ::testing::TestParamInfo<OptimizerKind>& info) { return to_string(info.param); }
+
+// ---- Round trip -------------------------------------------------------------------------------
+
+class RoundTrip : public ::testing::TestWithParam<OptimizerKind> {};
+
+TEST_P(RoundTrip, LoadThenSaveReproducesEveryByteAtTheSameWorldSize) {
+  const std::string root = temp_dir("roundtrip");
+  TrainConfig c = base_config(GetParam());
+  c.steps = 4;
+  c.checkpoint_dir = root + "/a";
+  c.checkpoint_every = 4;
+  RanksOptions ranks;
+  ranks.world_size = 3;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    train_owner(ctx, c);
+    // A fresh runtime with other initial weights takes everything from the checkpoint ...
+    TransformerModel model(c.model);
+    Communicator comm(ctx.backend);
+    const OwnershipPlan plan = make_plan(model.spec(), comm.world_size(), c.planner);
+    OwnerRuntime rt(plan, comm, c.runtime, model.init(c.seed + 1));
+    const LoadReport report = load_checkpoint(root + "/a/step_00000004", rt);
+    EXPECT_TRUE(report.same_layout);
+    EXPECT_EQ(report.step, 4);
+    // ... reading its own file only (chunks and a small cache: about one file's worth).
+    EXPECT_LT(report.bytes_read, report.bytes_total / 3 * 2) << "rank " << ctx.rank;
+    // ... and writes it back byte for byte.
+    CheckpointContext again;
+    again.step = 4;
+    const CheckpointLayout first = read_layout(root + "/a/step_00000004");
+    again.placement = first.placement;
+    again.model = first.model;
+    again.optimizers = first.optimizers;
+    again.sampler = first.ranks[ctx.rank].sampler;
+    save_checkpoint(root + "/b", rt, again);
+  });
+  for (int r = 0; r < 3; ++r) {
+    char file[64];
+    std::snprintf(file, sizeof(file), "/step_00000004/rank_%05d.safetensors", r);
+    const std::string a = slurp(root + "/a" + file), b = slurp(root + "/b" + file);
+    EXPECT_GT(a.size(), 1000u);
+    EXPECT_TRUE(a == b) << "rank " << r << " file differs after a load and a save";
+  }
+  EXPECT_EQ(slurp(root + "/a/step_00000004/layout.json"), slurp(root + "/b/step_00000004/layout.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, RoundTrip,
+                         ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::shampoo,
+                                           OptimizerKind::soap),
+                         name_of);
+
+// ---- Reshard ----------------------------------------------------------------------------------
+
+struct Target {
+  std::string name;
+  int world_size;
+  PlannerKind planner;
+  TailPolicy tail;
+  Placement placement = Placement::owner;
+};
+
+class Reshard : public ::testing::TestWithParam<OptimizerKind> {
+ protected:
+  std::function<void()> oracle_snapshot_;
+};
+
+TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheSameState) {
+  const OptimizerKind optimizer = GetParam();
+  const std::string root = temp_dir("reshard");
+  TrainConfig write = base_config(optimizer);
+  write.steps = 5;
+  write.checkpoint_dir = root;
+  write.checkpoint_every = 5;
+  RanksOptions ranks;
+  ranks.world_size = 4;
+  // The anchor, independent of the checkpoint reader: the W = 4 oracle's parameters and optimizer
+  // state after the same 5 steps (the runtime bit-matches it, state included).
+  ParamMap oracle_params;
+  std::map<std::string, OptimizerStateEntry> oracle_state;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    train_owner(ctx, write);
+    TrainConfig oracle = write;
+    oracle.checkpoint_dir.clear();
+    train_loop(ctx, oracle, [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
+      auto o = std::make_unique<DdpOracle>(model, comm, oracle.runtime, init);
+      const DdpOracle* seen = o.get();
+      if (ctx.rank == 0)
+        oracle_snapshot_ = [&, seen] {
+          oracle_params = cpu_copies(seen->params());
+          for (const auto& [name, _] : oracle_params) {
+            const TensorOptimizer& opt = seen->optimizer(name);
+            oracle_state[name] = {to_string(opt.kind()), opt.state(), opt.scalars()};
+          }
+        };
+      return o;
+    }, [&](const StepMetrics& m) {
+      if (ctx.rank == 0 && m.step == 5) oracle_snapshot_();
+    });
+  });
+  {
+    const FullState full = read_full_state(root + "/step_00000005");
+    ASSERT_EQ(full.params.size(), oracle_params.size());
+    for (const auto& [name, want] : oracle_params) {
+      EXPECT_TRUE(diff(full.params.at(name), want).bitwise_equal) << "parameter " << name;
+      const OptimizerStateEntry& w = oracle_state.at(name);
+      const OptimizerStateEntry& got = full.optimizers.at(name);
+      EXPECT_EQ(got.kind, w.kind) << name;
+      EXPECT_EQ(got.scalars, w.scalars) << name;
+      for (const auto& [k, t] : w.state) {
+        if (!t.defined()) continue;
+        ASSERT_TRUE(got.state.count(k)) << name << " lacks state " << k;
+        EXPECT_TRUE(diff(got.state.at(k), t.cpu()).bitwise_equal) << name << " state " << k;
+      }
+    }
+  }
+
+  std::vector<Target> targets{
+      {"W=2 balanced/even", 2, PlannerKind::balanced, TailPolicy::even},
+      {"W=3 round_robin/owner", 3, PlannerKind::round_robin, TailPolicy::owner},
+      {"W=8 balanced/even", 8, PlannerKind::balanced, TailPolicy::even},
+      {"W=4 greedy_cost/owner (planner and tail change)", 4, PlannerKind::greedy_cost, TailPolicy::owner},
+  };
+  if (optimizer == OptimizerKind::muon || optimizer == OptimizerKind::adamw) {
+    targets.push_back({"W=3 reconstruct placement", 3, PlannerKind::balanced, TailPolicy::even, Placement::reconstruct});
+    targets.push_back({"W=2 alltoall placement", 2, PlannerKind::balanced, TailPolicy::even, Placement::alltoall});
+  }
+  for (const Target& t : targets) {
+    TrainConfig c = base_config(optimizer);
+    c.steps = 15;  // 10 steps after the checkpoint
+    c.resume_from = root;
+    c.planner.planner = t.planner;
+    c.planner.tail_policy = t.tail;
+    apply_placement(t.placement, c);
+    std::mutex mutex;
+    std::vector<std::string> failures;
+    std::atomic<int64_t> read_most{0};
+    int64_t total = 0;
+    RanksOptions r;
+    r.world_size = t.world_size;
+    run_ranks_as_threads(r, [&](RankContext& ctx) {
+      TrainConfig oracle = c;
+      oracle.placement = Placement::ddp;
+      oracle.record_params = true;
+      const Trajectory control = to_trajectory(train_ddp(ctx, oracle));
+      TrainConfig experiment = c;
+      experiment.record_params = true;
+      TrainResult result = train_placement(ctx, experiment);
+      const ResumeInfo info = result.resumed;
+      const Comparison cmp = compare(control, to_trajectory(std::move(result)));
+      std::lock_guard<std::mutex> lock(mutex);
+      if (info.step != 5 || info.written_world_size != 4 || control.params.size() != 10)
+        failures.push_back("resumed from step " + std::to_string(info.step) + " of W=" + std::to_string(info.written_world_size));
+      if (!cmp.bitwise_equal)
+        failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " + std::to_string(cmp.first_bad_step) +
+                           " in " + cmp.first_bad + " (" + cmp.detail + ")");
+      read_most = std::max<int64_t>(read_most, info.bytes_read);
+      total = info.bytes_total;
+    });
+    for (const std::string& f : failures) ADD_FAILURE() << to_string(optimizer) << ", " << t.name << ": " << f;
+    // No rank of a resharded load reads the whole checkpoint (W = 8: about an eighth of it).
+    EXPECT_LT(read_most, total) << t.name;
+    if (failures.empty())
+      std::printf("%s, %s: 10 steps after a W=4 checkpoint bit-identical to the oracle; most read by a rank %lld of %lld bytes\n",
+                  to_string(optimizer), t.name.c_str(), static_cast<long long>(read_most.load()), static_cast<long long>(total));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, Reshard,
+                         ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::shampoo,
+                                           OptimizerKind::soap),
+                         name_of);
+
+// ---- Bad input --------------------------------------------------------------------------------
+
+// A W = 2 Shampoo checkpoint after 2 steps, copied afresh for each test.
+class BadInput : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    pristine_ = new std::string(temp_dir("pristine"));
+    TrainConfig c = base_config(OptimizerKind::shampoo);
+    c.steps = 2;
+    c.checkpoint_dir = *pristine_;
+    c.checkpoint_every = 2;
+    RanksOptions ranks;
+    ranks.world_size = 2;
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_owner(ctx, c); });
+  }
+  void SetUp() override {
+    dir_ = temp_dir("bad");
+    for (const char* f : {"layout.json", "rank_00000.safetensors", "rank_00001.safetensors"})
+      spit(dir_ + "/" + f, slurp(*pristine_ + "/step_00000002/" + f));
+  }
+  std::string file(const char* name) const { return dir_ + "/" + name; }
+  // Expects reading the whole state to fail with a message matching `regex`.
+  void expect_error(const std::string& regex) const {
+    try {
+      read_full_state(dir_);
+      ADD_FAILURE() << "no error; expected one matching " << regex;
+    } catch (const c10::Error& e) {
+      EXPECT_TRUE(std::regex_search(e.what_without_backtrace(), std::regex(regex))) << e.what_without_backtrace();
+    }
+  }
+  static std::string* pristine_;
+  std::string dir_;
+};
+std::string* BadInput::pristine_ = nullptr;
+
+TEST_F(BadInput, ThePristineCopyLoads) {
+  FullState s = read_full_state(dir_);
+  EXPECT_EQ(s.step, 2);
+  EXPECT_EQ(s.optimizers.at("layers.0.attn.q.weight").kind, "shampoo");
+  std::string report;
+  EXPECT_TRUE(inspect_checkpoint(dir_, true, report)) << report;
+}
+
+TEST_F(BadInput, TruncatedRankFile) {
+  std::string bytes = slurp(file("rank_00001.safetensors"));
+  spit(file("rank_00001.safetensors"), bytes.substr(0, bytes.size() - 100));
+  expect_error("rank_00001\\.safetensors' is [0-9]+ bytes but the manifest says [0-9]+ \\(truncated\\)");
+}
+
+TEST_F(BadInput, CorruptedByte) {
+  std::string bytes = slurp(file("rank_00000.safetensors"));
+  bytes[bytes.size() - 5000] ^= 0x10;
+  spit(file("rank_00000.safetensors"), bytes);
+  expect_error("rank_00000\\.safetensors' is corrupted: checksum mismatch in bytes \\[[0-9]+, [0-9]+\\)");
+  std::string report;
+  EXPECT_FALSE(inspect_checkpoint(dir_, true, report));
+  EXPECT_NE(report.find("FAILED"), std::string::npos) << report;
+}
+
+TEST_F(BadInput, MissingRankFile) {
+  ASSERT_EQ(::unlink(file("rank_00001.safetensors").c_str()), 0);
+  expect_error("cannot open '.*rank_00001\\.safetensors': No such file or directory \\(a rank file of the layout is missing\\)");
+}
+
+TEST_F(BadInput, UnknownFormatVersion) {
+  std::string text = slurp(file("layout.json"));
+  const std::string from = "\"format_version\": 1";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(), "\"format_version\": 99");
+  spit(file("layout.json"), text);
+  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads version 1\\)");
+}
+
+TEST_F(BadInput, EditedPlan) {
+  std::string text = slurp(file("layout.json"));
+  const std::string from = "\"tail_policy\": \"even\"";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(), "\"tail_policy\": \"owner\"");
+  spit(file("layout.json"), text);
+  expect_error("layout\\.json': (plan\\.hash: is [0-9a-f]+ but the plan it describes hashes to|plan)");
+}
+
+TEST_F(BadInput, FileNameThatLeavesTheDirectory) {
+  std::string text = slurp(file("layout.json"));
+  for (size_t at = text.find("rank_00001.safetensors"); at != std::string::npos; at = text.find("rank_00001.safetensors"))
+    text.replace(at, 22, "../etc/passwd");
+  spit(file("layout.json"), text);
+  expect_error("'\\.\\./etc/passwd' is not a plain file name");
+}
+
+TEST_F(BadInput, DifferentModel) {
+  TrainConfig c = base_config(OptimizerKind::shampoo);
+  c.model.intermediate = 96;
+  const OwnershipPlan plan = make_plan(TransformerModel(c.model).spec(), 2, c.planner);
+  try {
+    check_same_model(read_layout(dir_), plan, dir_);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_TRUE(std::regex_search(e.what_without_backtrace(),
+                                  std::regex("was written for a different model: parameter 'layers\\.0\\.mlp\\.gate\\.weight' "
+                                             "is \\[64, 32\\] F32 there but \\[96, 32\\] F32 here")))
+        << e.what_without_backtrace();
+  }
+}
+
+// The header lies (a tensor's byte range overlaps its neighbour) but the checksums were recomputed:
+// the safetensors reader itself must refuse it.
+TEST_F(BadInput, LyingSafetensorsHeaderWithValidChecksums) {
+  const std::string bytes = slurp(file("rank_00000.safetensors"));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    auto& off = it.value()["data_offsets"];
+    if (off[0].get<int64_t>() == 0) {
+      off[1] = off[1].get<int64_t>() + 4;
+      break;
+    }
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((text.size() >> (8 * i)) & 0xFF);
+  out += text + bytes.substr(8 + n);
+  spit(file("rank_00000.safetensors"), out);
+  CheckpointLayout L = read_layout(dir_);
+  for (FileManifest& m : L.manifest)
+    if (m.file == "rank_00000.safetensors") m = compute_manifest(dir_, m.file);
+  spit(file("layout.json"), layout_to_json(L));
+  expect_error("safetensors: '.*rank_00000\\.safetensors', tensor '.*': covers [0-9]+ bytes but its dtype and shape need [0-9]+");
+}
+
+// Through the runtime: a corrupted file that only rank 1 reads fails every rank, naming rank 1.
+TEST_F(BadInput, ACorruptFileFailsEveryRankNamingTheRankThatFoundIt) {
+  std::string bytes = slurp(file("rank_00001.safetensors"));
+  bytes[bytes.size() - 3000] ^= 0x01;
+  spit(file("rank_00001.safetensors"), bytes);
+  TrainConfig c = base_config(OptimizerKind::shampoo);
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  RanksOptions ranks;
+  ranks.world_size = 2;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    TransformerModel model(c.model);
+    Communicator comm(ctx.backend);
+    const OwnershipPlan plan = make_plan(model.spec(), 2, c.planner);
+    OwnerRuntime rt(plan, comm, c.runtime, model.init(c.seed));
+    try {
+      load_checkpoint(dir_, rt);
+    } catch (const c10::Error& e) {
+      std::lock_guard<std::mutex> lock(mutex);
+      errors.push_back(e.what_without_backtrace());
+    }
+  });
+  ASSERT_EQ(errors.size(), 2u);
+  for (const std::string& e : errors)
+    EXPECT_TRUE(std::regex_search(e, std::regex("loading '.*' failed on rank 1: .*rank_00001\\.safetensors' is corrupted")))
+        << e;
+}
+
+TEST(CheckpointPaths, LatestThatNamesNothingIsAnError) {
+  const std::string root = temp_dir("latest");
+  spit(root + "/latest", "step_00000042\n");
+  try {
+    resolve_checkpoint(root);
+    ADD_FAILURE() << "no error";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("names 'step_00000042', which has no layout.json"), std::string::npos)
+        << e.what_without_backtrace();
+  }
+  EXPECT_THROW(resolve_checkpoint(root + "/nothing"), c10::Error);
+}
+
+TEST(Crc32, MatchesTheStandardCheckValue) {
+  // The CRC-32 check value of "123456789" (zlib.crc32 gives the same), also split in two calls.
+  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
+  EXPECT_EQ(crc32("6789", 4, crc32("12345", 5)), 0xCBF43926u);
+  EXPECT_EQ(crc32("", 0), 0u);
+}
+
+}  // namespace
+}  // namespace mfsdp
