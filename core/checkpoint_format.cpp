@@ -100,6 +100,9 @@ Role role_from_string(const std::string& name) {
   TORCH_CHECK(false, "unknown role '", name, "' (owned_matrix, even_shard, owned_tail)");
 }
 
+// Bound on element counts and offsets read from a layout: arithmetic on them cannot overflow.
+constexpr int64_t kMaxElements = int64_t{1} << 50;
+
 bool plain_file_name(const std::string& name) {
   if (name.empty() || name.size() > 255 || name[0] == '.') return false;
   for (char c : name)
@@ -209,10 +212,14 @@ OwnershipPlan plan_from_json(const nlohmann::json& j, const std::string& path) {
     const Fields s = f.element("shards", i);
     MatrixShard m;
     m.name = s.string("name");
+    int64_t numel = 1;
     for (size_t d = 0; d < s.array("shape").size(); ++d) {
       const nlohmann::json& v = s.array("shape")[d];
-      if (!v.is_number_unsigned() || v.get<uint64_t>() > (uint64_t{1} << 40)) bad_layout(path, s.in("shape"), "has a bad dimension");
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxElements))
+        bad_layout(path, s.in("shape"), "has a bad dimension");
       m.shape.push_back(v.get<int64_t>());
+      if (m.shape.back() > 0 && numel > kMaxElements / m.shape.back()) bad_layout(path, s.in("shape"), "is absurdly large");
+      numel *= m.shape.back();
     }
     m.dtype = in_context(path, s.in("dtype"), [&] { return dtype_from_safetensors(s.string("dtype")); });
     m.kind = in_context(path, s.in("kind"), [&] { return param_kind_from_string(s.string("kind")); });
@@ -223,10 +230,10 @@ OwnershipPlan plan_from_json(const nlohmann::json& j, const std::string& path) {
       const Fields sl = s.element("slices", k);
       ShardSlice x;
       x.rank = static_cast<int>(sl.integer("rank", 0, world - 1));
-      x.offset = sl.integer("offset");
-      x.row_begin = sl.integer("row_begin");
-      x.rows = sl.integer("rows");
-      x.padded_rows = sl.integer("padded_rows");
+      x.offset = sl.integer("offset", 0, kMaxElements);
+      x.row_begin = sl.integer("row_begin", 0, kMaxElements);
+      x.rows = sl.integer("rows", 0, kMaxElements);
+      x.padded_rows = sl.integer("padded_rows", 0, kMaxElements);
       m.slices.push_back(x);
     }
     shards.push_back(std::move(m));
@@ -237,10 +244,10 @@ OwnershipPlan plan_from_json(const nlohmann::json& j, const std::string& path) {
     UnitLayout l;
     l.name = u.string("name");
     l.dtype = in_context(path, u.in("dtype"), [&] { return dtype_from_safetensors(u.string("dtype")); });
-    l.numel = u.integer("numel");
+    l.numel = u.integer("numel", 0, kMaxElements);
     for (size_t k = 0; k < u.array("segments").size(); ++k) {
       const Fields g = u.element("segments", k);
-      l.segments.push_back(Segment{g.integer("offset"), g.integer("numel")});
+      l.segments.push_back(Segment{g.integer("offset", 0, kMaxElements), g.integer("numel", 0, kMaxElements)});
     }
     for (const nlohmann::json& v : u.array("shards")) {
       if (!v.is_number_unsigned() || v.get<uint64_t>() >= num_shards) bad_layout(path, u.in("shards"), "names a shard that does not exist");
