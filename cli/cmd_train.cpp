@@ -198,8 +198,10 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
                      {"peak_gathered_bytes", v[7]}});
   }
   if (!result.steps.empty()) {
-    std::printf("loss %.4f -> %.4f over %d steps; plan hash %016llx\n", result.steps.front().loss,
-                result.steps.back().loss, a.steps, static_cast<unsigned long long>(result.plan_hash));
+    std::printf("loss %.4f -> %.4f over %zu steps%s; plan hash %016llx\n", result.steps.front().loss,
+                result.steps.back().loss, result.steps.size(),
+                result.resumed.checkpoint.empty() ? "" : (" (resumed after step " + std::to_string(result.resumed.step) + ")").c_str(),
+                static_cast<unsigned long long>(result.plan_hash));
   }
   if (metrics.is_open()) {
     metrics << nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"ranks", ranks}}.dump() << "\n";
