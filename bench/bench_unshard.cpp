@@ -10,8 +10,10 @@
 #include "core/ranks.h"
 #include "core/unit.h"
 
+#include <ATen/ops/ones.h>
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace mfsdp {
@@ -62,6 +64,76 @@ void BM_Unshard(benchmark::State& state) {
 BENCHMARK(BM_Unshard)
     ->ArgNames({"W", "strategy", "hidden"})
     ->ArgsProduct({{2, 4, 8}, {0, 1}, {128, 512}})
+    ->UseManualTime()
+    ->Iterations(kIterations)
+    ->Unit(benchmark::kMillisecond);
+
+// The owner layout against the even (FSDP2) layout of the same model, with the same unit code:
+// unshard latency (owner segments broadcast vs the even all-gather) and gradient-reduction latency
+// (reduce-to-owner vs the even layout's reduce-scatter), per step over every unit, rank 0's time.
+// Reduce mode 0 = deterministic (contributions gathered, summed in rank order), 1 = fast (native
+// reduce / reduce-scatter).
+//   build/bench/bench_unshard --benchmark_filter=BM_Layout
+void BM_Layout(benchmark::State& state) {
+  const int W = static_cast<int>(state.range(0));
+  const bool even = state.range(1) == 1;
+  const ReduceMode mode = state.range(2) == 0 ? ReduceMode::deterministic : ReduceMode::fast;
+  const int64_t hidden = state.range(3);
+  TransformerConfig config = preset_config("tiny");
+  config.hidden = hidden;
+  config.intermediate = 4 * hidden;
+  config.layers = 4;
+  const ModelSpec spec = transformer_spec(config);
+  PlannerOptions options;
+  if (even) options.rules = {{"*", Role::even_shard}};
+  const OwnershipPlan plan = make_plan(spec, W, options);
+  std::vector<double> unshard_s, reduce_s;
+  RanksOptions ranks;
+  ranks.world_size = W;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    Communicator comm(ctx.backend);
+    std::vector<std::unique_ptr<Unit>> units;
+    std::vector<std::vector<at::Tensor>> grads;
+    for (int u = 0; u < static_cast<int>(plan.units().size()); ++u) {
+      units.push_back(std::make_unique<Unit>(plan, u, comm, at::kCPU, UnshardStrategy::broadcast));
+      std::vector<at::Tensor> g;
+      for (int i : plan.units()[u].shards) g.push_back(at::ones(plan.shards()[i].shape, at::TensorOptions().dtype(at::kFloat)));
+      grads.push_back(std::move(g));
+    }
+    for (int it = -2; it < kIterations; ++it) {
+      ctx.backend->barrier()->wait();
+      auto t0 = std::chrono::steady_clock::now();
+      for (auto& unit : units) unit->unshard();
+      ctx.backend->barrier()->wait();
+      auto t1 = std::chrono::steady_clock::now();
+      for (size_t u = 0; u < units.size(); ++u) units[u]->reduce_to_owner(grads[u], mode);
+      for (auto& unit : units) unit->finish_reduction();
+      ctx.backend->barrier()->wait();
+      auto t2 = std::chrono::steady_clock::now();
+      if (ctx.rank == 0 && it >= 0) {
+        unshard_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+        reduce_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+      }
+    }
+  });
+  size_t i = 0;
+  for (auto _ : state) {
+    state.SetIterationTime(unshard_s[i % unshard_s.size()] + reduce_s[i % reduce_s.size()]);
+    ++i;
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  state.counters["unshard_ms"] = 1e3 * median(unshard_s);
+  state.counters["reduce_ms"] = 1e3 * median(reduce_s);
+  state.SetLabel(std::string(even ? "even layout" : "owner layout") + ", " + to_string(mode) + " reduce, W=" +
+                 std::to_string(W) + " hidden=" + std::to_string(hidden));
+}
+
+BENCHMARK(BM_Layout)
+    ->ArgNames({"W", "even", "mode", "hidden"})
+    ->ArgsProduct({{2, 4, 8}, {0, 1}, {0, 1}, {128, 512}})
     ->UseManualTime()
     ->Iterations(kIterations)
     ->Unit(benchmark::kMillisecond);

@@ -21,6 +21,7 @@ void add_plan_command(CLI::App& app, Action& run);
 void add_train_command(CLI::App& app, Action& run);
 void add_verify_command(CLI::App& app, Action& run);
 void add_checkpoint_commands(CLI::App& app, Action& run);  // export, checkpoint inspect
+void add_dashboard_command(CLI::App& app, Action& run);
 
 // The process's command line (argv[0] first), for relaunching it per rank.
 const std::vector<std::string>& raw_args();

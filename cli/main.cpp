@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   add_train_command(app, run);
   add_verify_command(app, run);
   add_checkpoint_commands(app, run);
+  add_dashboard_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

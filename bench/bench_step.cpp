@@ -1,0 +1,363 @@
+// The headline benchmark: every placement — owner, reconstruct (FSDP2 + Muon), alltoall
+// (DistMuon), zero1, ddp — training the same model with Muon at W in {2, 4, 8}, ranks as threads
+// over Gloo, in one run. Per case: optimizer-step latency (the iteration time), forward, backward
+// and end-to-end step latency (each step's time is the slowest rank's; the median over the
+// measured steps is reported), bytes sent and received per rank per phase and collective calls
+// (max over ranks), optimizer FLOPs per rank (max), peak resident bytes per rank (max), and a
+// correctness check outside the timed steps: a short run of the same placement must equal the DDP
+// oracle bit for bit. After all cases, the ratios (owner vs reconstruct and vs alltoall optimizer
+// step, owner vs even-layout forward+backward) are computed from this same run and printed;
+// --json FILE writes everything (with the environment) for `mfsdp dashboard`.
+//
+//   build/bench/bench_step --json bench_step.json                      # all cases
+//   build/bench/bench_step --models tiny --world-sizes 4 --benchmark_filter=owner
+//   build/bench/bench_step --device cuda --json gpu.json               # on a GPU (Gloo on CUDA tensors)
+#include "core/determinism.h"
+#include "core/memory_model.h"
+#include "core/planner.h"
+#include "core/process_group.h"
+#include "core/ranks.h"
+#include "oracle/oracle.h"
+#include "reference/placements.h"
+
+#include <ATen/Context.h>
+#include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
+#include <torch/headeronly/version.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <ctime>
+
+namespace mfsdp {
+namespace {
+
+constexpr int kWarmup = 2;
+int g_measured = 6;
+std::string g_device = "cpu";
+
+const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
+
+TransformerConfig model_config(const std::string& name) {
+  TransformerConfig m = preset_config("tiny");
+  m.name = name;
+  if (name == "small") {
+    m.hidden = 128;
+    m.layers = 4;
+    m.intermediate = 512;
+  } else {
+    TORCH_CHECK(name == "tiny", "bench_step: unknown model '", name, "' (tiny, small)");
+  }
+  return m;
+}
+
+TrainConfig make_config(const std::string& placement, const std::string& model) {
+  TrainConfig c;  // the `mfsdp train` defaults
+  c.model = model_config(model);
+  c.batch = 4;
+  c.seq = 32;
+  c.runtime.muon.lr = 0.02;
+  c.runtime.adamw.lr = 3e-3;
+  apply_placement(placement_from_string(placement), c);
+  return c;
+}
+
+struct CaseResult {
+  std::string model, placement;
+  int world_size = 0;
+  double optimizer_ms = 0, forward_ms = 0, backward_ms = 0, step_ms = 0;
+  std::array<PhaseCounters, kNumPhases> phases{};  // max over ranks, per step
+  int64_t resident_bytes_max = 0;
+  double optimizer_gflop_rank_max = 0;
+  bool oracle_bitwise = false;
+};
+std::vector<CaseResult> g_results;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Optimizer FLOPs per step of the busiest rank, from the cost model: Newton–Schulz where each
+// placement runs it (owner, zero1: on the owner; reconstruct and ddp: every matrix on every rank;
+// alltoall: matrix k on rank k mod W) plus AdamW on what the rank stores.
+double optimizer_gflop_rank_max(const TrainConfig& c, int W) {
+  const OwnershipPlan plan = make_plan(TransformerModel(c.model).spec(), W, c.planner);
+  const OptimizerCostConfig cost;
+  std::vector<double> flop(W, 0);
+  const bool everywhere = c.placement == Placement::reconstruct || c.placement == Placement::ddp;
+  int even_matrix = 0;
+  for (const MatrixShard& s : plan.shards()) {
+    const bool matrix = s.kind == ParamKind::hidden_matrix;
+    const double ns = matrix ? 2 * optimizer_step_cost(OptimizerKind::muon, s.shape[0], s.shape[1], cost) : 0;
+    const double elementwise = 2.0 * static_cast<double>(s.numel());
+    for (int r = 0; r < W; ++r) {
+      if (matrix && everywhere) flop[r] += ns;
+      else if (matrix && c.placement == Placement::alltoall) flop[r] += (even_matrix % W == r) ? ns : 0;
+      else if (matrix) flop[r] += (s.owner == r) ? ns : 0;
+      else if (c.placement == Placement::ddp || c.placement == Placement::zero1) flop[r] += c.placement == Placement::ddp ? elementwise : elementwise / W;
+      else
+        for (const ShardSlice& sl : s.slices)
+          if (sl.rank == r) flop[r] += elementwise * static_cast<double>(sl.rows) / static_cast<double>(s.shape[0]);
+    }
+    if (matrix) ++even_matrix;
+  }
+  return *std::max_element(flop.begin(), flop.end()) / 1e9;
+}
+
+void BM_Step(benchmark::State& state, const std::string& placement, int W, const std::string& model) {
+  TrainConfig config = make_config(placement, model);
+  config.steps = kWarmup + g_measured;
+  std::vector<std::vector<StepMetrics>> per_rank(W);
+  RanksOptions ranks;
+  ranks.world_size = W;
+  ranks.timeout = std::chrono::seconds(600);
+  auto on_device = [&](RankContext& ctx, TrainConfig c) {
+    c.runtime.device = rank_device(g_device, ctx.rank);
+    if (!c.runtime.device.is_cpu()) apply_cuda_determinism(ctx.determinism);
+    return c;
+  };
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    const TrainConfig c = on_device(ctx, config);
+    train_placement(ctx, c, [&](const StepMetrics& m) { per_rank[ctx.rank].push_back(m); });
+  });
+  CaseResult r;
+  r.model = model, r.placement = placement, r.world_size = W;
+  std::vector<double> opt, fwd, bwd, step;
+  for (int s = kWarmup; s < config.steps; ++s) {
+    double o = 0, f = 0, b = 0, t = 0;
+    for (int rank = 0; rank < W; ++rank) {
+      const StepMetrics& m = per_rank[rank][s];
+      o = std::max(o, m.optimizer_s), f = std::max(f, m.forward_s), b = std::max(b, m.backward_s);
+      t = std::max(t, m.forward_s + m.backward_s + m.optimizer_s);
+    }
+    opt.push_back(o), fwd.push_back(f), bwd.push_back(b), step.push_back(t);
+  }
+  for (int rank = 0; rank < W; ++rank) {
+    const StepMetrics& m = per_rank[rank].back();
+    for (int p = 0; p < kNumPhases; ++p) {
+      r.phases[p].calls = std::max(r.phases[p].calls, m.bytes[p].calls);
+      r.phases[p].bytes_sent = std::max(r.phases[p].bytes_sent, m.bytes[p].bytes_sent);
+      r.phases[p].bytes_recv = std::max(r.phases[p].bytes_recv, m.bytes[p].bytes_recv);
+    }
+    r.resident_bytes_max = std::max(r.resident_bytes_max, m.resident_bytes);
+  }
+  r.optimizer_ms = 1e3 * median(opt), r.forward_ms = 1e3 * median(fwd), r.backward_ms = 1e3 * median(bwd);
+  r.step_ms = 1e3 * median(step);
+  r.optimizer_gflop_rank_max = optimizer_gflop_rank_max(config, W);
+
+  // Correctness, outside the timed steps: two steps of this placement equal the oracle's.
+  std::atomic<bool> equal{true};
+  TrainConfig check = config;
+  check.steps = 2;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    const TrainConfig c = on_device(ctx, check);
+    if (!compare(run_oracle(ctx, c), run_placement_recorded(ctx, c)).bitwise_equal) equal = false;
+  });
+  r.oracle_bitwise = equal;
+
+  size_t i = 0;
+  for (auto _ : state) state.SetIterationTime(opt[i++ % opt.size()]);
+  state.counters["opt_ms"] = r.optimizer_ms;
+  state.counters["fwd_bwd_ms"] = r.forward_ms + r.backward_ms;
+  state.counters["step_ms"] = r.step_ms;
+  state.counters["step_calls"] = static_cast<double>(r.phases[static_cast<int>(Phase::optimizer_step)].calls);
+  state.counters["step_sent_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::optimizer_step)].bytes_sent);
+  state.counters["unshard_recv_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::unshard)].bytes_recv);
+  state.counters["reduce_sent_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::grad_reduce)].bytes_sent);
+  state.counters["resident_B"] = static_cast<double>(r.resident_bytes_max);
+  state.counters["opt_GFLOP"] = r.optimizer_gflop_rank_max;
+  state.counters["oracle_bitwise"] = r.oracle_bitwise ? 1 : 0;
+  if (!r.oracle_bitwise) state.SkipWithError("the placement's result differs from the oracle's");
+  g_results.push_back(r);
+}
+
+const CaseResult* find(const std::string& model, const std::string& placement, int W) {
+  for (const CaseResult& r : g_results)
+    if (r.model == model && r.placement == placement && r.world_size == W) return &r;
+  return nullptr;
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown";
+}
+
+std::string commit() {
+  std::string out;
+  if (FILE* p = ::popen("git -C " MFSDP_SOURCE_DIR " rev-parse --short HEAD 2>/dev/null", "r")) {
+    char buf[64];
+    while (std::fgets(buf, sizeof(buf), p)) out += buf;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+nlohmann::ordered_json environment() {
+  nlohmann::ordered_json env{{"device", g_device},
+                             {"cpu", cpu_model()},
+                             {"cpu_cores", std::thread::hardware_concurrency()},
+                             {"cpu_capability", at::get_cpu_capability()},
+                             {"torch_version", TORCH_VERSION},
+                             {"commit", commit()},
+                             {"ranks", "threads (Gloo over a shared store)"},
+                             {"optimizer", "muon (matrices), adamw (the rest)"},
+                             {"measured_steps", g_measured},
+                             {"warmup_steps", kWarmup}};
+  if (g_device == "cuda" && at::globalContext().hasCUDA()) env["gpu"] = "cuda (see nvidia-smi)";
+  char date[64];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  env["date"] = date;
+  return env;
+}
+
+// Ratios from this run, printed and returned for the JSON.
+nlohmann::ordered_json ratios(const std::vector<std::string>& models, const std::vector<int>& world_sizes) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  std::printf("\nratios from this run (optimizer step: median of the slowest rank's step time)\n");
+  std::printf("  %-6s %3s  %22s  %22s  %26s\n", "model", "W", "reconstruct / owner", "alltoall / owner",
+              "owner / even fwd+bwd");
+  for (const std::string& m : models) {
+    for (int W : world_sizes) {
+      const CaseResult *owner = find(m, "owner", W), *rec = find(m, "reconstruct", W), *a2a = find(m, "alltoall", W);
+      if (!owner) continue;
+      nlohmann::ordered_json j{{"model", m}, {"world_size", W}};
+      char a[32] = "-", b[32] = "-", c[32] = "-";
+      if (rec) {
+        j["reconstruct_over_owner_step"] = rec->optimizer_ms / owner->optimizer_ms;
+        j["owner_over_even_fwd_bwd"] = (owner->forward_ms + owner->backward_ms) / (rec->forward_ms + rec->backward_ms);
+        std::snprintf(a, sizeof(a), "%.2fx", rec->optimizer_ms / owner->optimizer_ms);
+        std::snprintf(c, sizeof(c), "%.3fx", j["owner_over_even_fwd_bwd"].get<double>());
+      }
+      if (a2a) {
+        j["alltoall_over_owner_step"] = a2a->optimizer_ms / owner->optimizer_ms;
+        std::snprintf(b, sizeof(b), "%.2fx", a2a->optimizer_ms / owner->optimizer_ms);
+      }
+      std::printf("  %-6s %3d  %22s  %22s  %26s\n", m.c_str(), W, a, b, c);
+      out.push_back(j);
+    }
+  }
+  return out;
+}
+
+nlohmann::ordered_json planner_imbalance(const std::vector<std::string>& models, const std::vector<int>& world_sizes) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const std::string& m : models) {
+    const ModelSpec spec = TransformerModel(model_config(m)).spec();
+    for (int W : world_sizes) {
+      for (PlannerKind kind : {PlannerKind::round_robin, PlannerKind::greedy_bytes, PlannerKind::greedy_cost, PlannerKind::balanced}) {
+        PlannerOptions o;
+        o.planner = kind;
+        const PlanUsage u = plan_usage(make_plan(spec, W, o), MemoryModelOptions{});
+        out.push_back({{"model", m}, {"world_size", W}, {"planner", to_string(kind)},
+                       {"bytes_imbalance", u.bytes_imbalance}, {"cost_imbalance", u.cost_imbalance}});
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, ',')) out.push_back(part);
+  return out;
+}
+
+}  // namespace
+}  // namespace mfsdp
+
+int main(int argc, char** argv) {
+  using namespace mfsdp;
+  std::string json_out;
+  std::vector<std::string> models{"tiny", "small"};
+  std::vector<int> world_sizes{2, 4, 8};
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_step: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--json") json_out = value("--json");
+    else if (a == "--models") models = split(value("--models"));
+    else if (a == "--world-sizes") {
+      world_sizes.clear();
+      for (const std::string& w : split(value("--world-sizes"))) world_sizes.push_back(std::stoi(w));
+    } else if (a == "--steps") g_measured = std::stoi(value("--steps"));
+    else if (a == "--device") g_device = value("--device");
+    else rest.push_back(argv[i]);
+  }
+  if (g_device == "cuda" && !at::globalContext().hasCUDA()) {
+    std::fprintf(stderr, "bench_step: --device cuda, but no CUDA device is visible\n");
+    return 2;
+  }
+  for (const std::string& m : models) model_config(m);  // names an unknown model before running anything
+  for (const std::string& m : models)
+    for (int W : world_sizes)
+      for (const std::string& p : kPlacements)
+        benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
+                                     [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })
+            ->UseManualTime()
+            ->Iterations(g_measured)
+            ->Unit(benchmark::kMillisecond);
+  int n = static_cast<int>(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
+  benchmark::AddCustomContext("torch_version", TORCH_VERSION);
+  benchmark::AddCustomContext("device", g_device);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+
+  nlohmann::ordered_json result{{"format", "mfsdp-bench"}, {"version", 1}, {"environment", environment()},
+                                {"cases", nlohmann::ordered_json::array()}, {"ratios", ratios(models, world_sizes)},
+                                {"planner", planner_imbalance(models, world_sizes)}};
+  for (const CaseResult& r : g_results) {
+    nlohmann::ordered_json phases = nlohmann::ordered_json::object();
+    for (int p = 0; p < kNumPhases; ++p)
+      phases[to_string(static_cast<Phase>(p))] = {{"calls", r.phases[p].calls}, {"bytes_sent", r.phases[p].bytes_sent},
+                                                  {"bytes_recv", r.phases[p].bytes_recv}};
+    result["cases"].push_back({{"model", r.model}, {"placement", r.placement}, {"world_size", r.world_size},
+                               {"optimizer_step_ms", r.optimizer_ms}, {"forward_ms", r.forward_ms},
+                               {"backward_ms", r.backward_ms}, {"step_ms", r.step_ms}, {"phases", phases},
+                               {"resident_bytes_max", r.resident_bytes_max},
+                               {"optimizer_gflop_rank_max", r.optimizer_gflop_rank_max},
+                               {"oracle_bitwise", r.oracle_bitwise}});
+  }
+  if (!json_out.empty()) {
+    const std::string tmp = json_out + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << result.dump(1) << "\n";
+      if (!out.good()) {
+        std::fprintf(stderr, "bench_step: cannot write %s\n", tmp.c_str());
+        return 1;
+      }
+    }
+    if (::rename(tmp.c_str(), json_out.c_str()) != 0) return 1;
+    std::printf("results: %s (%zu cases)\n", json_out.c_str(), g_results.size());
+  }
+  if (g_results.empty()) {
+    std::fprintf(stderr, "bench_step: no case ran (check --benchmark_filter, --models, --world-sizes)\n");
+    return 1;
+  }
+  for (const CaseResult& r : g_results)
+    if (!r.oracle_bitwise) return 1;
+  return 0;
+}
