@@ -45,14 +45,7 @@ std::string num(double v, int digits = 3) {
   return buf;
 }
 
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int i = 0;
-  while (b >= 1024 && i < 3) b /= 1024, ++i;
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), i == 0 ? "%.0f %s" : "%.1f %s", b, units[i]);
-  return buf;
-}
+std::string bytes_text(double b) { return human_bytes(b, 1); }
 
 const char* color_of(const std::string& series) {
   static const std::map<std::string, const char*> colors{

@@ -20,6 +20,17 @@
 #include <fstream>
 
 namespace mfsdp::cli {
+
+std::string human_bytes(double b, int decimals) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int i = 0;
+  while (b >= 1024 && i < 3) b /= 1024, ++i;
+  char buf[32];
+  if (i == 0) std::snprintf(buf, sizeof(buf), "%.0f %s", b, units[i]);
+  else std::snprintf(buf, sizeof(buf), "%.*f %s", decimals, b, units[i]);
+  return buf;
+}
+
 namespace {
 
 struct TrainArgs {
@@ -53,15 +64,6 @@ struct TrainArgs {
   std::string resume_from;
   std::vector<std::string> groups;
 };
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB"};
-  int i = 0;
-  while (b >= 1024 && i < 3) b /= 1024, ++i;
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), i == 0 ? "%.0f %s" : "%.2f %s", b, units[i]);
-  return buf;
-}
 
 TrainConfig make_config(const TrainArgs& a) {
   TrainConfig c;

@@ -35,6 +35,9 @@ struct UsageError : std::runtime_error {
 int print_environment(bool json);
 int run_selfcheck(int world_size, bool processes, int timeout_s);
 
+// "1.50 MiB": bytes in B, KiB, MiB or GiB with `decimals` digits (whole bytes below 1 KiB).
+std::string human_bytes(double bytes, int decimals = 2);
+
 // Exit codes.
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  // the job ran and failed (a check, a rank, a collective)
