@@ -12,6 +12,7 @@
 //   build/bench/bench_step --json bench_step.json                      # all cases
 //   build/bench/bench_step --models tiny --world-sizes 4 --benchmark_filter=owner
 //   build/bench/bench_step --device cuda --json gpu.json               # on a GPU (Gloo on CUDA tensors)
+#include "core/checkpoint_format.h"
 #include "core/determinism.h"
 #include "core/memory_model.h"
 #include "core/planner.h"
@@ -341,16 +342,12 @@ int main(int argc, char** argv) {
                                {"oracle_bitwise", r.oracle_bitwise}});
   }
   if (!json_out.empty()) {
-    const std::string tmp = json_out + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << result.dump(1) << "\n";
-      if (!out.good()) {
-        std::fprintf(stderr, "bench_step: cannot write %s\n", tmp.c_str());
-        return 1;
-      }
+    try {
+      write_file_atomic(json_out, result.dump(1) + "\n");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_step: %s\n", e.what());
+      return 1;
     }
-    if (::rename(tmp.c_str(), json_out.c_str()) != 0) return 1;
     std::printf("results: %s (%zu cases)\n", json_out.c_str(), g_results.size());
   }
   if (g_results.empty()) {

@@ -21,16 +21,21 @@ namespace {
 
 constexpr int kIterations = 20;
 
-void BM_Unshard(benchmark::State& state) {
-  const int W = static_cast<int>(state.range(0));
-  const auto strategy = state.range(1) == 0 ? UnshardStrategy::broadcast : UnshardStrategy::allgather_even;
-  const int64_t hidden = state.range(2);
+// The benchmarked model: 4 blocks of width `hidden`, MLP 4x wide.
+ModelSpec bench_model(int64_t hidden, int64_t vocab) {
   TransformerConfig config = preset_config("tiny");
   config.hidden = hidden;
   config.intermediate = 4 * hidden;
   config.layers = 4;
-  config.vocab = 4096;
-  const ModelSpec spec = transformer_spec(config);
+  config.vocab = vocab;
+  return transformer_spec(config);
+}
+
+void BM_Unshard(benchmark::State& state) {
+  const int W = static_cast<int>(state.range(0));
+  const auto strategy = state.range(1) == 0 ? UnshardStrategy::broadcast : UnshardStrategy::allgather_even;
+  const int64_t hidden = state.range(2);
+  const ModelSpec spec = bench_model(hidden, /*vocab=*/4096);
   const OwnershipPlan plan = make_plan(spec, W, PlannerOptions{});
   std::vector<double> seconds;
   PhaseCounters rank0;
@@ -79,11 +84,7 @@ void BM_Layout(benchmark::State& state) {
   const bool even = state.range(1) == 1;
   const ReduceMode mode = state.range(2) == 0 ? ReduceMode::deterministic : ReduceMode::fast;
   const int64_t hidden = state.range(3);
-  TransformerConfig config = preset_config("tiny");
-  config.hidden = hidden;
-  config.intermediate = 4 * hidden;
-  config.layers = 4;
-  const ModelSpec spec = transformer_spec(config);
+  const ModelSpec spec = bench_model(hidden, /*vocab=*/256);
   PlannerOptions options;
   if (even) options.rules = {{"*", Role::even_shard}};
   const OwnershipPlan plan = make_plan(spec, W, options);

@@ -4,6 +4,7 @@
 // environment of each result. Every chart's series carry data-chart / data-series attributes (and
 // the raw results sit in a JSON script block), so tests and tools can read the page back.
 #include "cli/commands.h"
+#include "core/checkpoint_format.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -350,13 +351,7 @@ int run_dashboard(const DashboardArgs& a) {
   std::vector<nlohmann::json> results;
   for (const std::string& p : a.results) results.push_back(load_result(p));
   const std::string html = render(results, a.results);
-  const std::string tmp = a.out + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << html;
-    TORCH_CHECK(out.good(), "dashboard: cannot write '", tmp, "'");
-  }
-  TORCH_CHECK(::rename(tmp.c_str(), a.out.c_str()) == 0, "dashboard: cannot rename '", tmp, "' to '", a.out, "'");
+  write_file_atomic(a.out, html);
   std::printf("dashboard: %s (%zu result file(s), %zu bytes)\n", a.out.c_str(), results.size(), html.size());
   return kExitOk;
 }

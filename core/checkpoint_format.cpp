@@ -165,6 +165,28 @@ FileManifest compute_manifest(const std::string& dir, const std::string& file) {
   return m;
 }
 
+// Writes `text` to `path` atomically: a temporary file beside it, fsync, rename.
+void write_file_atomic(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  TORCH_CHECK(fd >= 0, "cannot create '", tmp, "': ", std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      ::close(fd);
+      TORCH_CHECK(false, "cannot write '", tmp, "': ", std::strerror(errno));
+    }
+    done += static_cast<size_t>(w);
+  }
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  TORCH_CHECK(rc == 0, "cannot sync '", tmp, "': ", std::strerror(errno));
+  TORCH_CHECK(::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '", tmp, "' to '", path, "': ",
+              std::strerror(errno));
+}
+
 const FileManifest& CheckpointLayout::manifest_of(const std::string& file) const {
   for (const FileManifest& m : manifest)
     if (m.file == file) return m;

@@ -26,6 +26,10 @@ constexpr int64_t kMinChecksumChunkBytes = 4 << 10;
 constexpr int64_t kMaxChecksumChunks = 1024;
 int64_t chunk_bytes_for(int64_t file_bytes);
 
+// Writes `text` to `path` atomically (a temporary file beside it, fsync, rename): complete or
+// absent, never half-written. POSIX calls (see docs/gloo-notes.md on libtorch's std::filesystem).
+void write_file_atomic(const std::string& path, const std::string& text);
+
 // CRC-32 (IEEE 802.3, the one zlib.crc32 and binascii.crc32 compute), continuing from `crc`.
 uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
 
