@@ -6,7 +6,7 @@
 //
 //   build/bench/bench_newton_schulz                      # every case
 //   build/bench/bench_newton_schulz --benchmark_filter=NewtonSchulz/1024/1024
-#include "core/optim.h"
+#include "core/optim/optim.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/matmul.h>

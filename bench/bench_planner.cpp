@@ -6,9 +6,9 @@
 //
 // Counters: bytes_imb and cost_imb are max/mean over ranks (1.0 is perfect); items is the number
 // of owned matrices (and unit tails) placed.
-#include "core/memory_model.h"
-#include "core/planner.h"
-#include "core/presets.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/planner.h"
+#include "core/plan/presets.h"
 
 #include <benchmark/benchmark.h>
 

@@ -12,14 +12,14 @@
 //   build/bench/bench_step --json bench_step.json                      # all cases
 //   build/bench/bench_step --models tiny --world-sizes 4 --benchmark_filter=owner
 //   build/bench/bench_step --device cuda --json gpu.json               # on a GPU (Gloo on CUDA tensors)
-#include "core/checkpoint_format.h"
-#include "core/determinism.h"
-#include "core/memory_model.h"
-#include "core/planner.h"
-#include "core/process_group.h"
-#include "core/ranks.h"
-#include "oracle/oracle.h"
-#include "reference/placements.h"
+#include "core/util/files.h"
+#include "core/dist/determinism.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/planner.h"
+#include "core/dist/process_group.h"
+#include "core/dist/ranks.h"
+#include "harness/trajectory.h"
+#include "harness/placements.h"
 
 #include <ATen/Context.h>
 #include <benchmark/benchmark.h>
@@ -60,12 +60,10 @@ TransformerConfig model_config(const std::string& name) {
 }
 
 TrainConfig make_config(const std::string& placement, const std::string& model) {
-  TrainConfig c;  // the `mfsdp train` defaults
+  TrainConfig c;  // the `mfsdp train` defaults (training_defaults() for every optimizer)
   c.model = model_config(model);
   c.batch = 4;
   c.seq = 32;
-  c.runtime.muon.lr = 0.02;
-  c.runtime.adamw.lr = 3e-3;
   apply_placement(placement_from_string(placement), c);
   return c;
 }
@@ -160,7 +158,7 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
   check.steps = 2;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     const TrainConfig c = on_device(ctx, check);
-    if (!compare(run_oracle(ctx, c), run_placement_recorded(ctx, c)).bitwise_equal) equal = false;
+    if (!compare(run_oracle(ctx, c), run_recorded(ctx, c)).bitwise_equal) equal = false;
   });
   r.oracle_bitwise = equal;
 

@@ -4,11 +4,11 @@
 // rank 0's. Counters: calls and bytes received per rank per iteration (from the communicator).
 //
 //   build/bench/bench_unshard --benchmark_filter=W:4
-#include "core/communicator.h"
-#include "core/model.h"
-#include "core/planner.h"
-#include "core/ranks.h"
-#include "core/unit.h"
+#include "core/dist/communicator.h"
+#include "core/train/model.h"
+#include "core/plan/planner.h"
+#include "core/dist/ranks.h"
+#include "core/runtime/unit.h"
 
 #include <ATen/ops/ones.h>
 #include <benchmark/benchmark.h>

@@ -1,7 +1,7 @@
 // `mfsdp export CKPT --out FILE` and `mfsdp checkpoint inspect CKPT`: what a checkpoint holds, its
 // checksums, and the consolidated model in one safetensors file that Python loads.
 #include "cli/commands.h"
-#include "core/checkpoint.h"
+#include "core/io/checkpoint.h"
 
 #include <cstdio>
 #include <iostream>

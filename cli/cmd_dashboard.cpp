@@ -4,7 +4,7 @@
 // environment of each result. Every chart's series carry data-chart / data-series attributes (and
 // the raw results sit in a JSON script block), so tests and tools can read the page back.
 #include "cli/commands.h"
-#include "core/checkpoint_format.h"
+#include "core/util/files.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>

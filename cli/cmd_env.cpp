@@ -1,6 +1,6 @@
 // `mfsdp env`: what this binary runs on.
 #include "cli/commands.h"
-#include "core/process_group.h"
+#include "core/dist/process_group.h"
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>

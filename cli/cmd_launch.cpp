@@ -1,6 +1,6 @@
 // `mfsdp launch -n W -- COMMAND...`: W rank processes over a TCP store on 127.0.0.1.
 #include "cli/commands.h"
-#include "core/launcher.h"
+#include "core/dist/launcher.h"
 
 #include <c10/util/Exception.h>
 

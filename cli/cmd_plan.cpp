@@ -1,10 +1,12 @@
 // `mfsdp plan`: owner placement, per-rank memory and work, and the four-placement comparison for a
 // preset or a JSON spec, without allocating a single weight.
 #include "cli/commands.h"
-#include "core/errors.h"
-#include "core/memory_model.h"
-#include "core/planner.h"
-#include "core/presets.h"
+#include "core/util/errors.h"
+#include "core/plan/memory_model.h"
+#include "core/plan/planner.h"
+#include "core/plan/presets.h"
+#include "core/plan/recommend.h"
+#include "core/util/files.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -17,6 +19,9 @@
 
 namespace mfsdp::cli {
 namespace {
+
+// Specs and assignment files are JSON of a few MB at most; a larger file is not one.
+constexpr int64_t kMaxSpecBytes = int64_t{64} << 20;
 
 struct PlanArgs {
   std::string model;
@@ -34,12 +39,12 @@ struct PlanArgs {
   int max_world_size = 4096;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("plan: cannot read '" + path + "' (not a preset name and not a readable file)");
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
+std::string read_input(const std::string& path) {
+  try {
+    return read_file(path, "plan", kMaxSpecBytes);
+  } catch (const c10::Error& e) {
+    throw UsageError(std::string(e.what_without_backtrace()) + " (not a preset name and not a readable file)");
+  }
 }
 
 ModelSpec load_model(const PlanArgs& a) {
@@ -49,7 +54,7 @@ ModelSpec load_model(const PlanArgs& a) {
   if (a.model.find('/') == std::string::npos && a.model.find(".json") == std::string::npos) {
     preset_config(a.model);  // throws: unknown preset, listing the known ones
   }
-  ModelSpec spec = model_spec_from_json(read_file(a.model), a.model);
+  ModelSpec spec = model_spec_from_json(read_input(a.model), a.model);
   if (!a.dtype.empty()) {
     for (auto& p : spec.params) p.dtype = dtype_from_string(a.dtype);
   }
@@ -65,16 +70,16 @@ PlannerOptions planner_options(const PlanArgs& a) {
     auto eq = rule.rfind('=');
     TORCH_CHECK(eq != std::string::npos && eq > 0, "plan: --place '", rule, "' is not PATTERN=ROLE");
     const std::string role = rule.substr(eq + 1);
-    TORCH_CHECK(role == "owned_matrix" || role == "even_shard", "plan: --place role '", role,
+    TORCH_CHECK(role == to_string(Role::owned_matrix) || role == to_string(Role::even_shard), "plan: --place role '", role,
                 "' (expected owned_matrix or even_shard)");
-    Role r = role == "owned_matrix" ? Role::owned_matrix : Role::even_shard;
+    const Role r = role_from_string(role);
     o.rules.push_back({rule.substr(0, eq), r});
   }
   if (o.planner == PlannerKind::explicit_assignment) {
     TORCH_CHECK(!a.assign_file.empty(), "plan: --planner explicit needs --assign FILE.json ({\"name\": rank, ...})");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_file(a.assign_file));
+      j = nlohmann::json::parse(read_input(a.assign_file));
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, "plan: --assign ", a.assign_file, ": malformed JSON: ", e.what());
     }
@@ -92,18 +97,6 @@ std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.3f", bytes / (1024.0 * 1024.0 * 1024.0));
   return buf;
-}
-
-// W values the recommendation sweeps: powers of two and three times powers of two.
-std::vector<int> sweep_sizes(int max_w) {
-  std::vector<int> ws;
-  for (int p = 1; p <= max_w; p *= 2) {
-    ws.push_back(p);
-    if (3 * p / 2 > p && 3 * p / 2 <= max_w && p >= 2) ws.push_back(3 * p / 2);
-  }
-  std::sort(ws.begin(), ws.end());
-  ws.erase(std::unique(ws.begin(), ws.end()), ws.end());
-  return ws;
 }
 
 int run_plan(const PlanArgs& a) {
@@ -130,25 +123,7 @@ int run_plan(const PlanArgs& a) {
   for (const auto& s : plan->shards()) owned += s.role == Role::owned_matrix;
 
   nlohmann::ordered_json recommend;
-  if (a.recommend) {
-    PlannerOptions balanced = options;
-    if (balanced.planner == PlannerKind::explicit_assignment) balanced.planner = PlannerKind::balanced;
-    auto rows = nlohmann::ordered_json::array();
-    // The answer is the largest W up to which every swept size balances: past the first size that
-    // does not, a larger one may balance again by arithmetic accident, but is not a safe choice.
-    int best = 0;
-    bool broken = false;
-    for (int w : sweep_sizes(std::min(a.max_world_size, std::max(1, 4 * owned)))) {
-      PlanUsage u = plan_usage(make_plan(spec, w, balanced), mem);
-      bool ok = u.bytes_imbalance <= a.bound && u.cost_imbalance <= a.bound;
-      broken = broken || !ok;
-      if (!broken) best = w;
-      rows.push_back({{"world_size", w}, {"bytes_imbalance", u.bytes_imbalance},
-                      {"cost_imbalance", u.cost_imbalance}, {"within_bound", ok}});
-    }
-    recommend = {{"planner", to_string(balanced.planner)}, {"bound", a.bound},
-                 {"largest_world_size", best}, {"sweep", rows}};
-  }
+  if (a.recommend) recommend = to_json(recommend_world_size(spec, options, mem, a.bound, a.max_world_size));
 
   if (a.json) {
     nlohmann::ordered_json j;

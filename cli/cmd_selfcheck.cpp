@@ -1,9 +1,9 @@
 // `mfsdp selfcheck`: exact-valued checks of every collective on a live group of W ranks.
 #include "cli/commands.h"
-#include "core/collective_checks.h"
-#include "core/dist_env.h"
-#include "core/launcher.h"
-#include "core/ranks.h"
+#include "core/dist/collective_checks.h"
+#include "core/dist/launch_env.h"
+#include "core/dist/launcher.h"
+#include "core/dist/ranks.h"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/tensor.h>
@@ -80,17 +80,16 @@ void add_selfcheck_command(CLI::App& app, Action& run) {
       "SLURM_PROCID are set (torchrun, Slurm, mfsdp launch).");
   struct Opts {
     int world_size = 4;
-    std::string launcher = "threads";
+    Launcher launcher = Launcher::threads;
     int timeout_s = 30;
   };
   auto o = std::make_shared<Opts>();
   cmd->add_option("-w,--world-size", o->world_size, "Number of ranks")->check(CLI::Range(1, 64));
-  cmd->add_option("--launcher", o->launcher, "threads | processes")
-      ->check(CLI::IsMember({"threads", "processes"}));
+  add_enum_option(cmd, "--launcher", o->launcher, kLauncherNames, "How ranks run");
   cmd->add_option("--timeout-s", o->timeout_s, "Seconds before joining or a collective fails")
       ->check(CLI::Range(1, 3600));
   cmd->callback([&run, o] {
-    run = [o] { return run_selfcheck(o->world_size, o->launcher == "processes", o->timeout_s); };
+    run = [o] { return run_selfcheck(o->world_size, o->launcher == Launcher::processes, o->timeout_s); };
   });
 }
 

@@ -1,13 +1,14 @@
 // `mfsdp train`: an owner-shaped training run on the embedded default data, with per-step loss,
 // time breakdown, bytes per phase and resident memory; JSON-lines metrics for machines.
 #include "cli/commands.h"
-#include "core/dist_env.h"
-#include "core/errors.h"
-#include "core/launcher.h"
-#include "core/memory_model.h"
-#include "core/checkpoint.h"
-#include "core/trainer.h"
-#include "reference/placements.h"
+#include "core/dist/launch_env.h"
+#include "core/util/errors.h"
+#include "core/util/files.h"
+#include "core/dist/launcher.h"
+#include "core/plan/memory_model.h"
+#include "core/io/checkpoint.h"
+#include "core/train/trainer.h"
+#include "harness/placements.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/empty.h>
@@ -15,8 +16,9 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
-#include <cstdio>
+#include <optional>
 #include <fstream>
 
 namespace mfsdp::cli {
@@ -35,7 +37,7 @@ namespace {
 
 struct TrainArgs {
   int world_size = 2;
-  std::string launcher = "threads";
+  Launcher launcher = Launcher::threads;
   std::string placement = "owner";
   std::string planner = "balanced";
   std::string tail_policy = "even";
@@ -43,8 +45,8 @@ struct TrainArgs {
   int steps = 20;
   int64_t batch = 4;
   int64_t seq = 32;
-  double lr = -1;  // default: the optimizer's
-  double weight_decay = -1;
+  // Given values only (nullopt: the training defaults, core/plan/optimizer_config.h).
+  std::optional<double> lr, adamw_lr, weight_decay;
   bool deterministic = true;
   bool fast = false;
   bool prefetch = false;
@@ -54,7 +56,7 @@ struct TrainArgs {
   std::string data;
   uint64_t seed = 0;
   int timeout_s = 60;
-  std::string on_non_finite = "fail";
+  NonFinitePolicy on_non_finite = NonFinitePolicy::fail;
   int layers = 2, hidden = 64, heads = 4, intermediate = 128;
   std::vector<int> kill_at;  // hidden: RANK STEP
   std::vector<int> kill_in_checkpoint;  // hidden: RANK STEP
@@ -85,15 +87,23 @@ TrainConfig make_config(const TrainArgs& a) {
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
   check_groups(c);
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
-  c.runtime.non_finite = a.on_non_finite == "skip" ? NonFinitePolicy::skip : NonFinitePolicy::fail;
-  if (a.lr > 0) c.runtime.muon.lr = c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = a.lr;
-  else c.runtime.muon.lr = 0.02, c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
-  if (a.weight_decay >= 0) {
-    c.runtime.muon.weight_decay = c.runtime.adamw.weight_decay = a.weight_decay;
-    c.runtime.shampoo.weight_decay = c.runtime.soap.weight_decay = a.weight_decay;
+  c.runtime.non_finite = a.on_non_finite;
+  // A given value is used as given (0 included) or refused; never silently replaced by a default.
+  auto checked = [](const char* flag, const std::optional<double>& v) {
+    TORCH_CHECK(!v || (std::isfinite(*v) && *v >= 0), "train: ", flag, " must be a finite number >= 0, got ", *v);
+    return v;
+  };
+  // --lr: the matrix optimizer's rate (Muon, Shampoo or SOAP; with --optimizer adamw, AdamW's);
+  // --adamw-lr: AdamW's on embeddings, head and 1-D tails (and, with --optimizer adamw, everywhere).
+  if (auto lr = checked("--lr", a.lr)) {
+    c.runtime.muon.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = *lr;
+    if (c.runtime.optimizer == OptimizerKind::adamw) c.runtime.adamw.lr = *lr;
   }
-  // Short demo runs: refresh roots / eigenbases every 10 steps (Shampoo grafts Adam until then).
-  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 10;
+  if (auto lr = checked("--adamw-lr", a.adamw_lr)) c.runtime.adamw.lr = *lr;
+  if (auto wd = checked("--weight-decay", a.weight_decay)) {
+    c.runtime.muon.weight_decay = c.runtime.adamw.weight_decay = *wd;
+    c.runtime.shampoo.weight_decay = c.runtime.soap.weight_decay = *wd;
+  }
   validate(c.runtime.muon), validate(c.runtime.adamw), validate(c.runtime.shampoo), validate(c.runtime.soap);
   c.steps = a.steps;
   c.batch = a.batch;
@@ -117,12 +127,15 @@ TrainConfig make_config(const TrainArgs& a) {
 void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   config.runtime.device = rank_device(a.device, ctx.rank);
   if (!config.runtime.device.is_cpu()) apply_cuda_determinism(ctx.determinism);
-  std::ofstream metrics;
-  std::string tmp_metrics;
+  // Rank 0's metrics: one JSON line per step, then a summary; committed at the end (complete or
+  // absent, never half-written).
+  std::unique_ptr<AtomicFile> metrics;
   if (ctx.rank == 0 && !a.metrics.empty()) {
-    tmp_metrics = a.metrics + ".tmp";
-    metrics.open(tmp_metrics, std::ios::trunc);
-    TORCH_CHECK(metrics, "train: cannot write metrics file '", tmp_metrics, "'");
+    try {
+      metrics = std::make_unique<AtomicFile>(a.metrics);
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, "train: --metrics: ", e.what_without_backtrace());
+    }
   }
   if (ctx.rank == 0) {
     std::printf("train: placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
@@ -149,7 +162,7 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
                 m.skipped ? ("  SKIPPED: non-finite gradient in " + m.non_finite_parameter).c_str() : "");
     if (!m.checkpoint.empty()) std::printf("checkpoint: %s (%.1f ms)\n", m.checkpoint.c_str(), 1e3 * m.checkpoint_s);
     std::fflush(stdout);
-    if (metrics.is_open()) {
+    if (metrics) {
       nlohmann::ordered_json j{{"step", m.step}, {"loss", m.loss}, {"forward_ms", 1e3 * m.forward_s},
                                {"backward_ms", 1e3 * m.backward_s}, {"optimizer_ms", 1e3 * m.optimizer_s},
                                {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
@@ -159,7 +172,7 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
         j["phases"][to_string(static_cast<Phase>(p))] = {
             {"calls", m.bytes[p].calls}, {"bytes_sent", m.bytes[p].bytes_sent}, {"bytes_recv", m.bytes[p].bytes_recv}};
       }
-      metrics << j.dump() << "\n" << std::flush;
+      metrics->write(j.dump() + "\n");
     }
   };
   config.on_resume = [&](const ResumeInfo& r) {
@@ -205,13 +218,9 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
                 result.resumed.checkpoint.empty() ? "" : (" (resumed after step " + std::to_string(result.resumed.step) + ")").c_str(),
                 static_cast<unsigned long long>(result.plan_hash));
   }
-  if (metrics.is_open()) {
-    metrics << nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"ranks", ranks}}.dump() << "\n";
-    metrics.close();
-    // Complete or absent, never half-written (POSIX rename: see docs/gloo-notes.md on libtorch's
-    // std::filesystem symbols).
-    TORCH_CHECK(::rename(tmp_metrics.c_str(), a.metrics.c_str()) == 0, "train: cannot rename '", tmp_metrics, "' to '",
-                a.metrics, "'");
+  if (metrics) {
+    metrics->write(nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"ranks", ranks}}.dump() + "\n");
+    metrics->commit();
     std::printf("metrics: %s\n", a.metrics.c_str());
   }
 }
@@ -242,7 +251,7 @@ int run_train(const TrainArgs& a) {
     run_as_launched_rank(*env, ranks, body);
     return kExitOk;
   }
-  if (a.launcher == "processes") {
+  if (a.launcher == Launcher::processes) {
     LaunchOptions launch;
     launch.world_size = a.world_size;
     launch.grace = std::chrono::seconds(a.timeout_s);
@@ -261,7 +270,7 @@ void add_train_command(CLI::App& app, Action& run) {
   auto* cmd = app.add_subcommand("train", "Owner-shaped ZeRO-3 training of the tiny transformer on the embedded corpus");
   auto a = std::make_shared<TrainArgs>();
   cmd->add_option("-w,--world-size", a->world_size, "Ranks")->check(CLI::Range(1, 64));
-  cmd->add_option("--launcher", a->launcher, "threads | processes")->check(CLI::IsMember({"threads", "processes"}));
+  add_enum_option(cmd, "--launcher", a->launcher, kLauncherNames, "How ranks run");
   cmd->add_option("--placement", a->placement,
                   "owner | reconstruct (FSDP2 + Muon) | alltoall (DistMuon) | zero1 (ZeRO-1 owner) | ddp (the oracle)");
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
@@ -270,8 +279,18 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--steps", a->steps, "Training steps")->check(CLI::Range(0, 1000000));
   cmd->add_option("--batch", a->batch, "Sequences per rank per step")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
-  cmd->add_option("--lr", a->lr, "Learning rate (default: 0.02 for Muon, 3e-3 otherwise)");
-  cmd->add_option("--weight-decay", a->weight_decay, "Weight decay (default: the optimizer's)");
+  {
+    const OptimizerOptions d = training_defaults();
+    char help[256];
+    std::snprintf(help, sizeof(help), "Matrix optimizer's learning rate, >= 0 (default: Muon %g, Shampoo %g, SOAP %g)",
+                  d.muon.lr, d.shampoo.lr, d.soap.lr);
+    cmd->add_option("--lr", a->lr, help);
+    std::snprintf(help, sizeof(help), "AdamW's learning rate (embeddings, head, 1-D tails), >= 0 (default: %g)", d.adamw.lr);
+    cmd->add_option("--adamw-lr", a->adamw_lr, help);
+    std::snprintf(help, sizeof(help), "Weight decay of every optimizer, >= 0 (default: Muon %g, AdamW %g, Shampoo %g, SOAP %g)",
+                  d.muon.weight_decay, d.adamw.weight_decay, d.shampoo.weight_decay, d.soap.weight_decay);
+    cmd->add_option("--weight-decay", a->weight_decay, help);
+  }
   auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
   cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
@@ -283,7 +302,7 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--data", a->data, std::string("Training text (default: ") + kDefaultCorpus + ")");
   cmd->add_option("--seed", a->seed, "Seed of weights and batches");
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective or a lost rank fails the run")->check(CLI::Range(1, 3600));
-  cmd->add_option("--on-non-finite", a->on_non_finite, "fail | skip")->check(CLI::IsMember({"fail", "skip"}));
+  add_enum_option(cmd, "--on-non-finite", a->on_non_finite, kNonFinitePolicyNames, "A step with a non-finite gradient");
   cmd->add_option("--layers", a->layers, "Transformer blocks")->check(CLI::Range(1, 64));
   cmd->add_option("--hidden", a->hidden, "Hidden size")->check(CLI::Range(8, 4096));
   cmd->add_option("--heads", a->heads, "Attention heads")->check(CLI::Range(1, 64));

@@ -1,9 +1,10 @@
 // `mfsdp verify`: the owner-shaped runtime and the DDP full-matrix oracle side by side on the
 // embedded default, compared bit for bit after every step; exit code 1 when they differ.
 #include "cli/commands.h"
-#include "core/dist_env.h"
-#include "oracle/oracle.h"
-#include "reference/placements.h"
+#include "core/dist/launch_env.h"
+#include "core/dist/rank_agreement.h"
+#include "harness/trajectory.h"
+#include "harness/placements.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -31,19 +32,6 @@ struct VerifyArgs {
   std::vector<std::string> groups;
 };
 
-// Mean over ranks of each step's local loss, summed in rank order (one all-gather).
-std::vector<double> global_losses(RankContext& ctx, const std::vector<double>& local) {
-  const int64_t n = static_cast<int64_t>(local.size());
-  at::Tensor mine = at::tensor(local, at::TensorOptions().dtype(at::kDouble));
-  at::Tensor all = at::empty({ctx.world_size * n}, at::TensorOptions().dtype(at::kDouble));
-  ctx.backend->_allgather_base(all, mine)->wait();
-  std::vector<double> out(n, 0.0);
-  for (int r = 0; r < ctx.world_size; ++r)
-    for (int64_t s = 0; s < n; ++s) out[s] += all[r * n + s].item<double>();
-  for (double& v : out) v /= ctx.world_size;
-  return out;
-}
-
 int run_verify(const VerifyArgs& a) {
   TrainConfig config;
   try {
@@ -61,22 +49,20 @@ int run_verify(const VerifyArgs& a) {
   config.batch = a.batch;
   config.seq = a.seq;
   config.seed = a.seed;
-  config.runtime.muon.lr = 0.02;
-  config.runtime.adamw.lr = config.runtime.shampoo.lr = config.runtime.soap.lr = 3e-3;
-  config.runtime.shampoo.precondition_frequency = config.runtime.soap.precondition_frequency = 5;
   if (a.fast) config.runtime.reduce = ReduceMode::fast;
   bool equal_everywhere = true;
   auto body = [&](RankContext& ctx) {
     const Trajectory oracle = run_oracle(ctx, config);
-    const Trajectory owner = run_placement_recorded(ctx, config);
+    const Trajectory owner = run_recorded(ctx, config);
     const Comparison cmp = compare(oracle, owner);
     // Every rank's verdict and worst differences, to rank 0.
     at::Tensor mine = at::tensor({cmp.bitwise_equal ? 1.0 : 0.0, cmp.max_abs_diff, static_cast<double>(cmp.max_ulp)},
                                  at::TensorOptions().dtype(at::kDouble));
     at::Tensor all = at::empty({3 * ctx.world_size}, at::TensorOptions().dtype(at::kDouble));
     ctx.backend->_allgather_base(all, mine)->wait();
-    const std::vector<double> loss_owner = global_losses(ctx, owner.local_losses);
-    const std::vector<double> loss_oracle = global_losses(ctx, oracle.local_losses);
+    Communicator comm(ctx.backend);
+    const std::vector<double> loss_owner = mean_over_ranks(comm, owner.local_losses);
+    const std::vector<double> loss_oracle = mean_over_ranks(comm, oracle.local_losses);
     bool equal = true;
     double max_abs = 0, max_ulp = 0;
     for (int r = 0; r < ctx.world_size; ++r) {

@@ -1,7 +1,11 @@
 // The subcommands of `mfsdp`. Each registers itself on the app and sets `run` when chosen.
 #pragma once
 
+#include "core/util/enum_names.h"
+
 #include <CLI/CLI.hpp>
+
+#include <map>
 
 #include <functional>
 #include <memory>
@@ -30,6 +34,22 @@ const std::vector<std::string>& raw_args();
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// How ranks run: threads of this process over a shared store, or processes (mfsdp launch).
+enum class Launcher { threads, processes };
+constexpr NameTable<Launcher, 2> kLauncherNames{{{Launcher::threads, "threads"}, {Launcher::processes, "processes"}}};
+
+// An option whose value is one of `table`'s names (CLI11 refuses any other, listing them); the
+// help shows the names and the default.
+template <typename E, size_t N>
+CLI::Option* add_enum_option(CLI::App* cmd, const std::string& flag, E& value, const NameTable<E, N>& table,
+                             const std::string& help) {
+  std::map<std::string, E> by_name;
+  for (const auto& [v, n] : table) by_name.emplace(n, v);
+  return cmd->add_option(flag, value, help + ": " + names_of(table, " | "))
+      ->transform(CLI::CheckedTransformer(by_name))
+      ->default_str(name_in(table, value));
+}
 
 // Pieces the default job (no subcommand) reuses.
 int print_environment(bool json);

@@ -1,7 +1,7 @@
 // mfsdp: the MatrixFSDP command line.
 #include "cli/commands.h"
-#include "core/errors.h"
-#include "core/launcher.h"
+#include "core/util/errors.h"
+#include "core/dist/launcher.h"
 
 #include <c10/util/Exception.h>
 

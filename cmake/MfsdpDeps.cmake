@@ -12,18 +12,7 @@ macro(mfsdp_require pkg debian)
   endif()
 endmacro()
 
-# The wheel's CMake config probes for GPUs with a CUDA test program unless told the target
-# architectures; we compile no CUDA kernels of our own, so name Hopper (the CUDA runners).
-if(NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-  set(ENV{TORCH_CUDA_ARCH_LIST} "9.0")
-endif()
-find_package(Torch QUIET)
-if(NOT Torch_FOUND)
-  message(FATAL_ERROR "MatrixFSDP needs libtorch from the torch 2.11.0 wheel: run scripts/setup.sh, "
-                      "or pass -DCMAKE_PREFIX_PATH=$(python -c 'import torch.utils; "
-                      "print(torch.utils.cmake_prefix_path)')")
-endif()
-message(STATUS "MatrixFSDP: torch ${Torch_VERSION} from ${Torch_DIR}")
+include(MfsdpTorch)
 
 # Gloo's own headers are not shipped in the wheel, but c10d's ProcessGroupGloo.hpp includes them.
 # Debian's libgloo-dev supplies declarations (only declarations are used: the Gloo that runs is the
@@ -31,14 +20,6 @@ message(STATUS "MatrixFSDP: torch ${Torch_VERSION} from ${Torch_DIR}")
 find_path(MFSDP_GLOO_INCLUDE gloo/rendezvous/store.h)
 if(NOT MFSDP_GLOO_INCLUDE)
   message(FATAL_ERROR "MatrixFSDP needs Gloo's headers: install them with 'apt-get install -y libgloo-dev'")
-endif()
-
-# NCCL header of the version torch was built with (the nvidia-nccl wheel torch depends on).
-set(MFSDP_NCCL_INCLUDE "")
-if(MFSDP_PYTHON)
-  execute_process(
-    COMMAND ${MFSDP_PYTHON} -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'include'))"
-    OUTPUT_VARIABLE MFSDP_NCCL_INCLUDE OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
 endif()
 
 mfsdp_require(GTest "libgtest-dev libgmock-dev")
@@ -51,6 +32,7 @@ if(NOT rapidcheck_FOUND)
 endif()
 find_package(Threads REQUIRED)
 include(GoogleTest)
+include(MfsdpTesting)
 
 # One place for project-wide warnings.
 add_library(mfsdp_warnings INTERFACE)

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/ranks.h"
-#include "core/tensor_compare.h"
+#include "core/dist/ranks.h"
+#include "core/util/tensor_compare.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>

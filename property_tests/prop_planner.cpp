@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
 
-#include "core/planner.h"
+#include "core/plan/planner.h"
 
 #include <c10/util/Exception.h>
 

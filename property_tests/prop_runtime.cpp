@@ -6,12 +6,12 @@
 #include <rapidcheck/gtest.h>
 #include <rapidcheck/state.h>
 
-#include "core/planner.h"
-#include "core/ranks.h"
-#include "core/tensor_compare.h"
-#include "core/unit.h"
-#include "oracle/oracle.h"
-#include "reference/placements.h"
+#include "core/plan/planner.h"
+#include "core/dist/ranks.h"
+#include "core/util/tensor_compare.h"
+#include "core/runtime/unit.h"
+#include "harness/trajectory.h"
+#include "harness/placements.h"
 
 #include <ATen/ops/arange.h>
 #include <ATen/ops/zeros.h>
@@ -73,7 +73,7 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   RanksOptions ranks;
   ranks.world_size = W;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    const Comparison c = compare(run_oracle(ctx, config), run_placement_recorded(ctx, config));
+    const Comparison c = compare(run_oracle(ctx, config), run_recorded(ctx, config));
     if (!c.bitwise_equal) {
       std::lock_guard<std::mutex> lock(m);
       failures.push_back("rank " + std::to_string(ctx.rank) + ": " + c.first_bad + ": " + c.detail);

@@ -3,7 +3,7 @@
 // against: the same algorithm, so they agree to float32 rounding; an algorithmic slip does not.
 #pragma once
 
-#include "core/optim.h"
+#include "core/optim/optim.h"
 
 #include <ATen/core/Tensor.h>
 

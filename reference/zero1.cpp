@@ -1,6 +1,9 @@
 #include "reference/zero1.h"
 
-#include "core/reduction.h"
+#include "core/optim/optimizer_routing.h"
+#include "core/plan/planner.h"
+#include "core/runtime/reduction.h"
+#include "core/train/replica.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros_like.h>
@@ -10,9 +13,9 @@ namespace mfsdp {
 
 namespace {
 
-class Zero1Stepper : public Stepper {
+class Zero1Runner final : public PlacementRunner {
  public:
-  Zero1Stepper(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init)
+  Zero1Runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init)
       : model_(model), comm_(comm), plan_(make_plan(model.spec(), comm.world_size(), zero1_planner(config.planner))) {
     {
       PhaseScope phase(comm_, Phase::other);
@@ -95,19 +98,9 @@ class Zero1Stepper : public Stepper {
 
 }  // namespace
 
-TrainResult train_zero1(RankContext& ctx, const TrainConfig& config, const std::function<void(const StepMetrics&)>& on_step) {
-  return train_loop(
-      ctx, config,
-      [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
-        return std::make_unique<Zero1Stepper>(model, comm, config, init);
-      },
-      on_step);
-}
-
-Trajectory run_zero1(RankContext& ctx, const TrainConfig& config) {
-  TrainConfig c = config;
-  c.record_params = true;
-  return to_trajectory(train_zero1(ctx, c));
+std::unique_ptr<PlacementRunner> make_zero1_runner(const TransformerModel& model, Communicator& comm,
+                                                   const TrainConfig& config, const ParamMap& init) {
+  return std::make_unique<Zero1Runner>(model, comm, config, init);
 }
 
 }  // namespace mfsdp

@@ -4,14 +4,15 @@
 // parameter to everyone. Optimizer-state memory like the owner plan, parameter memory like DDP.
 #pragma once
 
-#include "oracle/oracle.h"
+#include "core/train/trainer.h"
+
+#include <memory>
 
 namespace mfsdp {
 
 // Owners: hidden matrices as the planner places them; embedding, head and each unit's tail are
 // owned whole too (the planner balances them as items; they keep AdamW).
-TrainResult train_zero1(RankContext& ctx, const TrainConfig& config,
-                        const std::function<void(const StepMetrics&)>& on_step = {});
-Trajectory run_zero1(RankContext& ctx, const TrainConfig& config);
+std::unique_ptr<PlacementRunner> make_zero1_runner(const TransformerModel& model, Communicator& comm,
+                                                   const TrainConfig& config, const ParamMap& init);
 
 }  // namespace mfsdp

@@ -1,18 +1,22 @@
 // Checkpoints, bit for bit (docs/checkpoints.md):
 //  - round trip at the same W: load then save again reproduces every byte of every rank file
-//    (parameters, every optimizer state, counters, generator state), for all four optimizers;
+//    (parameters, every optimizer state, counters), for all four optimizers;
 //  - reshard: a checkpoint written at W = 4 continues at W = 2, 3, 8, under other planners and tail
 //    policies, and (Muon, AdamW) under the reconstruct and all-to-all placements, bitwise equal to
 //    the DDP oracle resumed from the same consolidated state, over 10 steps;
 //  - each rank of a resharded load reads only part of the checkpoint;
 //  - bad input: truncated and corrupted files, a missing rank file, an unknown format version, a
 //    different model, a lying safetensors header, an edited plan: each a clear error naming the file.
-#include "core/checkpoint.h"
-#include "core/planner.h"
-#include "core/ranks.h"
-#include "core/tensor_compare.h"
-#include "oracle/oracle.h"
-#include "reference/placements.h"
+#include "core/util/files.h"
+#include "core/io/checkpoint.h"
+#include "core/plan/planner.h"
+#include "core/dist/ranks.h"
+#include "core/train/replica.h"
+#include "core/util/crc32.h"
+#include "core/util/tensor_compare.h"
+#include "oracle/ddp_oracle.h"
+#include "harness/trajectory.h"
+#include "harness/placements.h"
 
 #include <gtest/gtest.h>
 
@@ -36,13 +40,7 @@ std::string temp_dir(const std::string& tag) {
   return t;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "cannot read " << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string slurp(const std::string& path) { return read_file(path, "test"); }
 
 void spit(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -81,7 +79,7 @@ TEST_P(RoundTrip, LoadThenSaveReproducesEveryByteAtTheSameWorldSize) {
   RanksOptions ranks;
   ranks.world_size = 3;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    train_owner(ctx, c);
+    train_placement(ctx, c);
     // A fresh runtime with other initial weights takes everything from the checkpoint ...
     TransformerModel model(c.model);
     Communicator comm(ctx.backend);
@@ -146,7 +144,7 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
   ParamMap oracle_params;
   std::map<std::string, OptimizerStateEntry> oracle_state;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    train_owner(ctx, write);
+    train_placement(ctx, write);
     TrainConfig oracle = write;
     oracle.checkpoint_dir.clear();
     train_loop(ctx, oracle, [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
@@ -157,7 +155,7 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
           oracle_params = cpu_copies(seen->params());
           for (const auto& [name, _] : oracle_params) {
             const TensorOptimizer& opt = seen->optimizer(name);
-            oracle_state[name] = {to_string(opt.kind()), opt.state(), opt.scalars()};
+            oracle_state[name] = {opt.kind(), opt.state(), opt.scalars()};
           }
         };
       return o;
@@ -209,7 +207,7 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
       TrainConfig oracle = c;
       oracle.placement = Placement::ddp;
       oracle.record_params = true;
-      const Trajectory control = to_trajectory(train_ddp(ctx, oracle));
+      const Trajectory control = to_trajectory(train_placement(ctx, oracle));
       TrainConfig experiment = c;
       experiment.record_params = true;
       TrainResult result = train_placement(ctx, experiment);
@@ -251,7 +249,7 @@ class BadInput : public ::testing::Test {
     c.checkpoint_every = 2;
     RanksOptions ranks;
     ranks.world_size = 2;
-    run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_owner(ctx, c); });
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
   }
   void SetUp() override {
     dir_ = temp_dir("bad");
@@ -276,7 +274,7 @@ std::string* BadInput::pristine_ = nullptr;
 TEST_F(BadInput, ThePristineCopyLoads) {
   FullState s = read_full_state(dir_);
   EXPECT_EQ(s.step, 2);
-  EXPECT_EQ(s.optimizers.at("layers.0.attn.q.weight").kind, "shampoo");
+  EXPECT_EQ(s.optimizers.at("layers.0.attn.q.weight").kind, OptimizerKind::shampoo);
   std::string report;
   EXPECT_TRUE(inspect_checkpoint(dir_, true, report)) << report;
 }
@@ -412,12 +410,6 @@ TEST(CheckpointPaths, LatestThatNamesNothingIsAnError) {
   EXPECT_THROW(resolve_checkpoint(root + "/nothing"), c10::Error);
 }
 
-TEST(Crc32, MatchesTheStandardCheckValue) {
-  // The CRC-32 check value of "123456789" (zlib.crc32 gives the same), also split in two calls.
-  EXPECT_EQ(crc32("123456789", 9), 0xCBF43926u);
-  EXPECT_EQ(crc32("6789", 4, crc32("12345", 5)), 0xCBF43926u);
-  EXPECT_EQ(crc32("", 0), 0u);
-}
 
 }  // namespace
 }  // namespace mfsdp

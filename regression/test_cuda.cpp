@@ -5,9 +5,10 @@
 // What must hold on one GPU, deterministic mode (ATen deterministic algorithms, fixed cuBLAS
 // workspace): the owner runtime reproduces the DDP oracle run on the same device bit for bit, and
 // its trajectory stays within rounding distance of the CPU one (different kernels, not bitwise).
-#include "core/process_group.h"
-#include "core/ranks.h"
-#include "oracle/oracle.h"
+#include "core/dist/process_group.h"
+#include "core/dist/ranks.h"
+#include "harness/placements.h"
+#include "harness/trajectory.h"
 
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
@@ -47,7 +48,7 @@ std::vector<std::string> owner_vs_oracle(int W, BackendKind backend, OptimizerKi
     c.runtime.device = rank_device("cuda", backend == BackendKind::nccl ? ctx.rank : 0);
     c.runtime.prefetch = prefetch;
     apply_cuda_determinism(ctx.determinism);
-    const Comparison cmp = compare(run_oracle(ctx, c), run_owner_recorded(ctx, c));
+    const Comparison cmp = compare(run_oracle(ctx, c), run_recorded(ctx, c));
     if (!cmp.bitwise_equal) {
       std::lock_guard<std::mutex> lock(mutex);
       failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " +
@@ -78,9 +79,9 @@ TEST(Cuda, TrajectoryStaysNearTheCpuOne) {
   ranks.world_size = 1;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     TrainConfig c = cuda_config(OptimizerKind::adamw);
-    cpu = run_owner_recorded(ctx, c);
+    cpu = run_recorded(ctx, c);
     c.runtime.device = rank_device("cuda", 0);
-    gpu = run_owner_recorded(ctx, c);
+    gpu = run_recorded(ctx, c);
   });
   ASSERT_EQ(cpu.local_losses.size(), gpu.local_losses.size());
   double worst = 0;

@@ -3,10 +3,10 @@
 // every rank's loss, over 20 steps. For each world size and optimizer the oracle runs once and
 // every planner and tail policy must reproduce it exactly: the same trajectory out of every planner
 // at a given W (planner invariance), and out of the reconstruction and ZeRO-1 baselines.
-#include "core/planner.h"
-#include "core/ranks.h"
-#include "oracle/oracle.h"
-#include "reference/placements.h"
+#include "core/plan/planner.h"
+#include "core/dist/ranks.h"
+#include "harness/trajectory.h"
+#include "harness/placements.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/full.h>
@@ -104,7 +104,7 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
       c.planner = v.planner;
       apply_placement(v.placement, c);
       c.runtime.prefetch = v.prefetch;
-      const Comparison cmp = compare(control, run_placement_recorded(ctx, c));
+      const Comparison cmp = compare(control, run_recorded(ctx, c));
       if (!cmp.bitwise_equal) {
         std::lock_guard<std::mutex> lock(mutex);
         failures.push_back("rank " + std::to_string(ctx.rank) + ", " + v.name + ": first difference at step " +
@@ -191,7 +191,7 @@ TEST_P(FastMode, StaysWithinTheToleranceModel) {
   ranks.world_size = W;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     const Trajectory control = run_oracle(ctx, oracle_config);
-    const Trajectory experiment = run_owner_recorded(ctx, fast);
+    const Trajectory experiment = run_recorded(ctx, fast);
     double param = 0, loss = 0;
     for (size_t s = 0; s < control.params.size(); ++s) {
       loss = std::max(loss, std::fabs(experiment.local_losses[s] - control.local_losses[s]) / std::fabs(control.local_losses[s]));
@@ -235,7 +235,7 @@ TEST(ParamGroups, BitMatchTheOracleAndLrZeroFreezes) {
     for (Placement p : {Placement::owner, Placement::alltoall, Placement::zero1}) {
       TrainConfig c = base;
       apply_placement(p, c);
-      const Comparison cmp = compare(control, run_placement_recorded(ctx, c));
+      const Comparison cmp = compare(control, run_recorded(ctx, c));
       std::lock_guard<std::mutex> lock(mutex);
       if (!cmp.bitwise_equal) failures.push_back(std::string(to_string(p)) + ": " + cmp.first_bad + " " + cmp.detail);
     }

@@ -9,18 +9,22 @@
 // roundings, observed ~1e-4 relative over 20 steps in the fast-mode suite) and the digest is not
 // compared; a warning says so. On a mismatch the regenerate command is printed:
 //   MFSDP_REGENERATE_GOLDENS=1 build/regression/golden_tests
-#include "core/checkpoint_format.h"
-#include "core/determinism.h"
-#include "core/process_group.h"
-#include "core/ranks.h"
-#include "core/trainer.h"
+#include "core/util/crc32.h"
+#include "core/util/files.h"
+#include "core/dist/determinism.h"
+#include "core/dist/process_group.h"
+#include "core/dist/ranks.h"
+#include "core/train/trainer.h"
+#include "harness/placements.h"
 
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/headeronly/version.h>
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -98,9 +102,36 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
   return {"crc32:" + hex32(all), each};
 }
 
+std::string golden_file(int W, OptimizerKind o) { return "tiny_w" + std::to_string(W) + "_" + to_string(o) + ".json"; }
+
+// This platform's golden: golden/cpu/<cpu capability>/ (lower case) or golden/cuda/.
 std::string golden_path(int W, OptimizerKind o) {
-  return std::string(MFSDP_GOLDEN_DIR) + (golden_device() == "cuda" ? "/cuda" : "") + "/tiny_w" + std::to_string(W) + "_" + to_string(o) + ".json";
+  std::string dir = std::string(MFSDP_GOLDEN_DIR) + "/cuda";
+  if (golden_device() == "cpu") {
+    std::string cap = at::get_cpu_capability();
+    for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    dir = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap;
+  }
+  return dir + "/" + golden_file(W, o);
 }
+
+// Where no golden was made on this platform: the first CPU one there is (compared within kTolerance).
+std::string other_platform_golden(int W, OptimizerKind o) {
+  for (const char* cap : {"avx2", "avx512", "default"}) {
+    const std::string p = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap + "/" + golden_file(W, o);
+    struct stat st {};
+    if (::stat(p.c_str(), &st) == 0) return p;
+  }
+  return golden_path(W, o);
+}
+
+// Across platforms (another ATen CPU kernel set, or a GPU) losses are compared over the first
+// kToleranceSteps steps within kTolerance relative. Measured between the AVX2 and AVX512 goldens of
+// this directory: at most 2.1e-3 relative over steps 1-10 (SOAP, W = 4); later steps diverge
+// chaotically (bf16 Newton–Schulz and eigenbasis refreshes amplify last-bit differences) up to
+// 2.6e-2 by step 30, so they are not compared.
+constexpr double kTolerance = 5e-3;
+constexpr int kToleranceSteps = 10;
 
 using GoldenParam = std::tuple<int, OptimizerKind>;
 
@@ -120,7 +151,7 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
     TrainConfig c = config;
     c.runtime.device = rank_device(device, ctx.rank);
     if (device == "cuda") apply_cuda_determinism(ctx.determinism);
-    TrainResult r = train_owner(ctx, c);
+    TrainResult r = train_placement(ctx, c);
     if (ctx.rank == 0) result = std::move(r);
   });
   std::vector<double> losses;
@@ -149,34 +180,41 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
                              {"params_digest", params_digest},
                              {"params_crc32", params_crc}};
     for (double l : losses) j["loss_hex"].push_back(hex_float(l));
-    ::mkdir((std::string(MFSDP_GOLDEN_DIR) + "/cuda").c_str(), 0755);
-    std::ofstream out(path, std::ios::trunc);
-    out << j.dump(1) << "\n";
-    ASSERT_TRUE(out.good()) << "cannot write " << path;
+    const std::string dir = path.substr(0, path.rfind('/'));
+    ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0755);
+    ::mkdir(dir.c_str(), 0755);
+    write_file_atomic(path, j.dump(1) + "\n");
     std::printf("golden: wrote %s\n", path.c_str());
     return;
   }
 
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "no golden file " << path << "; generate it with: " << kRegenerate;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json g = nlohmann::json::parse(ss.str());
+  struct stat st {};
+  const bool own = ::stat(path.c_str(), &st) == 0;
+  const std::string read_path = own ? path : other_platform_golden(W, optimizer);
+  ASSERT_TRUE(path_exists(read_path)) << "no golden file " << path << "; generate it with: " << kRegenerate;
+  const nlohmann::json g = nlohmann::json::parse(read_file(read_path, "golden"));
   ASSERT_EQ(g.at("world_size").get<int>(), W);
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);
   ASSERT_EQ(g.at("loss_hex").size(), losses.size());
   // GPU goldens are compared within the tolerance even on the same GPU model.
   const bool same_platform = nlohmann::json(fingerprint()) == g.at("fingerprint") && device == "cpu";
+  // A golden in this platform's own place must have been made on this platform.
+  if (own && device == "cpu") {
+    ASSERT_TRUE(same_platform) << path << " was made on " << g.at("fingerprint").dump() << ", this is " << fingerprint().dump()
+                               << "; regenerate it with: " << kRegenerate;
+  }
   if (!same_platform)
-    std::printf("golden: WARNING: %s was made on %s, this is %s; comparing losses within 1e-3 relative, not the digest\n",
-                path.c_str(), g.at("fingerprint").dump().c_str(), fingerprint().dump().c_str());
+    std::printf("golden: WARNING: no golden made on %s; comparing the first %d losses with %s (made on %s) within %g "
+                "relative, not the digest\n", fingerprint().dump().c_str(), kToleranceSteps, read_path.c_str(),
+                g.at("fingerprint").dump().c_str(), kTolerance);
   int bad = 0;
   for (size_t s = 0; s < losses.size(); ++s) {
     const double want = std::strtod(g["loss_hex"][s].get<std::string>().c_str(), nullptr);
+    if (!same_platform && static_cast<int>(s) >= kToleranceSteps) break;
     const bool ok = same_platform ? hex_float(losses[s]) == hex_float(want)
-                                  : std::fabs(losses[s] - want) <= 1e-3 * std::fabs(want);
+                                  : std::fabs(losses[s] - want) <= kTolerance * std::fabs(want);
     if (!ok && bad++ < 3)
-      ADD_FAILURE() << path << ": step " << s + 1 << " loss " << hex_float(losses[s]) << " (" << losses[s] << "), golden "
+      ADD_FAILURE() << read_path << ": step " << s + 1 << " loss " << hex_float(losses[s]) << " (" << losses[s] << "), golden "
                     << hex_float(want) << " (" << want << ")";
   }
   if (same_platform && params_digest != g.at("params_digest").get<std::string>()) {
@@ -188,10 +226,13 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
       }
     ++bad;
   }
-  if (bad) std::printf("golden: %s does not match; if the change is intended, regenerate with: %s\n", path.c_str(), kRegenerate);
+  if (bad) std::printf("golden: %s does not match; if the change is intended, regenerate with: %s\n", read_path.c_str(), kRegenerate);
+  else if (same_platform)
+    std::printf("golden: W=%d %s: %d losses bit-exact and the final-parameter digest equal (%s)\n", W, to_string(optimizer),
+                kSteps, read_path.c_str());
   else
-    std::printf("golden: W=%d %s: %d losses %s and the final-parameter digest %s\n", W, to_string(optimizer), kSteps,
-                same_platform ? "bit-exact" : "within 1e-3", same_platform ? "equal" : "not compared");
+    std::printf("golden: W=%d %s: the first %d losses within %g (another platform's golden; digest not compared)\n", W,
+                to_string(optimizer), kToleranceSteps, kTolerance);
 }
 
 std::string golden_name(const ::testing::TestParamInfo<GoldenParam>& info) {

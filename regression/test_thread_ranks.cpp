@@ -6,8 +6,8 @@
 // FlightRecorder::recordWithResetEnabled. run_ranks_as_threads now disables the recorder
 // (TORCH_FR_BUFFER_SIZE=0) before creating the first group; this test issues enough concurrent
 // collectives from 8 thread-ranks that the race fires reliably if that ever regresses.
-#include "core/ranks.h"
-#include "core/tensor_compare.h"
+#include "core/dist/ranks.h"
+#include "core/util/tensor_compare.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>

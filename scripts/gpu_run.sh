@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The CUDA runner, one command on a CUDA machine with PyTorch installed (H200 class):
-#   1. configures and builds this tree against that machine's torch (its python's
-#      torch.utils.cmake_prefix_path) into build-cuda/;
+#   1. configures and builds this tree against that machine's torch (MFSDP_PYTHON's) into
+#      build-cuda/ (no nvcc needed: cmake/MfsdpTorch.cmake);
 #   2. runs the golden trajectories on the GPU (NCCL at W = 1, Gloo on CUDA tensors at W = 2, 4),
 #      writing golden/cuda/*.json on the first run and comparing with them (within 1e-3 relative)
 #      afterwards;
 #   3. runs the step benchmark on the GPU and writes results/gpu/bench_step.json, then a dashboard
 #      results/gpu/dashboard.html (with the CPU results of results/cpu/ beside it if present);
 #   4. runs scripts/gpu_check.sh (the cuda-labelled bitwise tests and two training runs).
-# Prerequisites besides torch, nvcc, CMake and Ninja: the Debian development headers the build
+# Prerequisites besides torch, CMake and Ninja: the Debian development headers the build
 # uses (libgloo-dev, libgtest-dev, libbenchmark-dev, librapidcheck-dev, nlohmann-json3-dev,
 # libcli11-dev). A machine without apt gets them from scripts/gpu_deps.sh run on a Debian machine
 # (a prefix to copy over; pass it as MFSDP_DEPS_PREFIX).
@@ -25,19 +25,18 @@ die() { echo "gpu_run: $*" >&2; exit 1; }
 command -v nvidia-smi >/dev/null || die "nvidia-smi not found: this is not a CUDA machine"
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 say "GPU: $gpu"
-torch_prefix=$("$python" -c 'import torch, torch.utils; assert torch.cuda.is_available(), "torch sees no GPU"; print(torch.utils.cmake_prefix_path)') \
+torch_prefix=$("$python" -c 'import os, torch; assert torch.cuda.is_available(), "torch sees no GPU"; print(os.path.dirname(torch.__file__))') \
   || die "$python has no CUDA-capable torch"
-cuda_root=${CUDAToolkit_ROOT:-$(dirname "$(dirname "$(command -v nvcc)")")}
-prefix_path=$torch_prefix
+prefix_path=""
 extra=()
 if [ -n "${MFSDP_DEPS_PREFIX:-}" ]; then
-  prefix_path="$torch_prefix;$MFSDP_DEPS_PREFIX/usr;$MFSDP_DEPS_PREFIX/usr/lib/x86_64-linux-gnu/cmake"
+  prefix_path="$MFSDP_DEPS_PREFIX/usr;$MFSDP_DEPS_PREFIX/usr/lib/x86_64-linux-gnu/cmake"
   extra+=(-DCMAKE_CXX_FLAGS="-isystem $MFSDP_DEPS_PREFIX/usr/include" -DMFSDP_GLOO_INCLUDE="$MFSDP_DEPS_PREFIX/usr/include")
   export LD_LIBRARY_PATH="$MFSDP_DEPS_PREFIX/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
 fi
 say "configuring $build against $torch_prefix"
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix_path" \
-  -DCUDAToolkit_ROOT="$cuda_root" -DCMAKE_CUDA_COMPILER="$cuda_root/bin/nvcc" -DMFSDP_PYTHON="$python" "${extra[@]}" \
+  -DMFSDP_PYTHON="$python" "${extra[@]}" \
   >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; die "configure failed"; }
 say "building"
 cmake --build "$build" -j "$(nproc)" --target mfsdp golden_tests bench_step cuda_tests >/dev/null || die "build failed"

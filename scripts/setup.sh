@@ -32,6 +32,8 @@ declare -A debs=(
   [librapidcheck-dev]=/usr/include/rapidcheck.h
   [nlohmann-json3-dev]=/usr/include/nlohmann/json.hpp
   [libcli11-dev]=/usr/include/CLI/CLI.hpp
+  [libgloo-dev]=/usr/include/gloo/rendezvous/store.h
+  [python3-venv]=/usr/share/doc/python3-venv
 )
 missing=()
 for pkg in "${!debs[@]}"; do
@@ -73,25 +75,34 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     || die "pip could not install ${need_pkgs[*]}; run: $venv/bin/pip install ${need_pkgs[*]}"
 fi
 
-# ---- 3. CUDA toolkit (the torch wheel's CMake config looks for it at configure time) ----------
-cuda_root=${CUDAToolkit_ROOT:-}
-if [ -z "$cuda_root" ]; then
-  for c in /usr/local/cuda /usr/local/cuda-13.0; do
-    [ -x "$c/bin/nvcc" ] && { cuda_root=$c; break; }
+# The CUDA headers the NCCL backend's translation unit includes, without a CUDA toolkit: the torch
+# wheel's nvidia-* dependencies bring the runtime headers but not crt/ (nvidia-cuda-crt) nor
+# libcu++'s nv/target (nvidia-cuda-cccl); both are headers-only wheels of torch's CUDA version.
+cuda=$("$venv/bin/python" -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)
+if [ -n "$cuda" ]; then
+  case "$cuda" in
+    12.*) cuda_pkgs=("nvidia-cuda-nvcc-cu12==$cuda.*" "nvidia-cuda-cccl-cu12==$cuda.*") ;;
+    *) cuda_pkgs=("nvidia-cuda-crt==$cuda.*" "nvidia-cuda-cccl==$cuda.*") ;;
+  esac
+  missing_cuda=()
+  for spec in "${cuda_pkgs[@]}"; do
+    "$venv/bin/python" -c "import importlib.metadata as m; v = m.version('${spec%%==*}'); assert v.startswith('$cuda.')" \
+      2>/dev/null || missing_cuda+=("$spec")
   done
+  if [ ${#missing_cuda[@]} -gt 0 ]; then
+    say "installing into $venv: ${missing_cuda[*]} (CUDA $cuda headers, no toolkit)"
+    "$venv/bin/pip" install -q "${missing_cuda[@]}" \
+      || die "pip could not install ${missing_cuda[*]}; run: $venv/bin/pip install ${missing_cuda[*]}"
+  fi
 fi
-[ -n "$cuda_root" ] || die "CUDA toolkit not found (torch's CMake config needs nvcc); install the CUDA 13 toolkit (apt-get install -y cuda-toolkit-13-0 from NVIDIA's repository) or set CUDAToolkit_ROOT"
 
-# ---- 4. Configure and build --------------------------------------------------------------------
-torch_prefix=$("$venv/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+# ---- 3. Configure and build (no CUDA toolkit needed: cmake/MfsdpTorch.cmake) ------------------
+torch_prefix=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 if [ ! -f "$build/build.ninja" ] || [ "$(cat "$build/.mfsdp-configured" 2>/dev/null)" != "$torch_prefix|$build_type" ]; then
   say "configuring $build ($build_type)"
   mkdir -p "$build"
   cmake -S "$repo" -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE="$build_type" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix" \
-    -DCUDAToolkit_ROOT="$cuda_root" \
-    -DCMAKE_CUDA_COMPILER="$cuda_root/bin/nvcc" \
     -DMFSDP_PYTHON="$venv/bin/python" >"$build/configure.log" 2>&1 \
     || { cat "$build/configure.log" >&2; die "cmake configure failed (log above)"; }
   echo "$torch_prefix|$build_type" >"$build/.mfsdp-configured"

@@ -1,0 +1,37 @@
+# Properties (labels, cost) of tests that gtest_discover_tests finds. Their names are known only
+# when ctest runs, so a file that ctest reads after the discovered tests sets them: it reads the
+# discovered names of TARGET from gtest's generated list and applies LABELS (replacing the test's
+# labels: give them all) and COST (ctest's scheduling weight: higher starts first under -j) to
+# those whose name matches the regular expression MATCH (default: every test of TARGET).
+# Call after gtest_discover_tests(TARGET ...) in the same directory.
+#   mfsdp_discovered_test_properties(differential_tests MATCH "/W[35]_" LABELS differential quick COST 60)
+function(mfsdp_discovered_test_properties target)
+  cmake_parse_arguments(A "" "MATCH;COST" "LABELS" ${ARGN})
+  if(NOT A_MATCH)
+    set(A_MATCH ".")
+  endif()
+  set(_props "")
+  if(A_LABELS)
+    string(JOIN ";" _labels ${A_LABELS})
+    string(APPEND _props " LABELS \"${_labels}\"")
+  endif()
+  if(A_COST)
+    string(APPEND _props " COST ${A_COST}")
+  endif()
+  string(SHA1 _id "${target}${A_MATCH}${_props}")
+  string(SUBSTRING "${_id}" 0 12 _id)
+  set(_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_properties_${_id}.cmake")
+  set(_list "${CMAKE_CURRENT_BINARY_DIR}/${target}[1]_tests.cmake")
+  file(WRITE "${_file}"
+"if(EXISTS [==[${_list}]==])
+  file(STRINGS [==[${_list}]==] _lines REGEX [==[^add_test\\(\\[=\\[]==])
+  foreach(_line IN LISTS _lines)
+    string(REGEX REPLACE [==[^add_test\\(\\[=\\[([^]]*)\\]=\\].*]==] [==[\\1]==] _name \"\${_line}\")
+    if(_name MATCHES [==[${A_MATCH}]==])
+      set_tests_properties(\"\${_name}\" PROPERTIES${_props})
+    endif()
+  endforeach()
+endif()
+")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${_file}")
+endfunction()

@@ -1,0 +1,337 @@
+#include "core/io/checkpoint_format.h"
+
+#include "core/plan/plan_json.h"
+
+#include "core/util/crc32.h"
+#include "core/util/files.h"
+#include "core/util/json_fields.h"
+
+#include <c10/util/Exception.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace mfsdp {
+namespace {
+
+constexpr const char* kCheckpoint = "checkpoint";
+
+[[noreturn]] void bad_layout(const std::string& path, const std::string& where, const std::string& what) {
+  bad_json(kCheckpoint, path, where, what);
+}
+
+using Fields = JsonFields;
+
+template <typename F>
+auto in_context(const std::string& path, const std::string& where, F&& f) {
+  return in_json_context(kCheckpoint, path, where, std::forward<F>(f));
+}
+
+
+constexpr int64_t kMaxElements = kMaxPlanElements;
+// layout.json is a few KB per rank; a larger one is not a layout.
+constexpr int64_t kMaxLayoutBytes = int64_t{256} << 20;
+
+bool plain_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name[0] == '.') return false;
+  for (char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+  return true;
+}
+
+
+}  // namespace
+
+int64_t chunk_bytes_for(int64_t file_bytes) {
+  int64_t chunk = kMinChecksumChunkBytes;
+  while (file_bytes / chunk > kMaxChecksumChunks) chunk *= 2;
+  return chunk;
+}
+
+FileManifest compute_manifest(const std::string& dir, const std::string& file) {
+  const std::string path = dir + "/" + file;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK(fd >= 0, "checkpoint: cannot open '", path, "': ", std::strerror(errno));
+  FileManifest m;
+  m.file = file;
+  struct stat st {};
+  TORCH_CHECK(::fstat(fd, &st) == 0, "checkpoint: cannot stat '", path, "'");
+  m.chunk_bytes = chunk_bytes_for(st.st_size);
+  std::vector<char> buf(static_cast<size_t>(m.chunk_bytes));
+  while (true) {
+    size_t got = 0;
+    while (got < buf.size()) {
+      const ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) break;
+      got += static_cast<size_t>(r);
+    }
+    if (got == 0) break;
+    m.chunk_crc32.push_back(crc32(buf.data(), got));
+    m.crc32 = crc32(buf.data(), got, m.crc32);
+    m.bytes += static_cast<int64_t>(got);
+    if (got < buf.size()) break;
+  }
+  ::close(fd);
+  return m;
+}
+
+const FileManifest& CheckpointLayout::manifest_of(const std::string& file) const {
+  for (const FileManifest& m : manifest)
+    if (m.file == file) return m;
+  TORCH_CHECK(false, "checkpoint: the manifest has no entry for '", file, "'");
+}
+
+nlohmann::json to_json(const CheckpointRank& r) {
+  nlohmann::ordered_json tensors = nlohmann::ordered_json::array();
+  for (const CheckpointTensor& t : r.tensors)
+    tensors.push_back({{"tensor", t.tensor}, {"param", t.param}, {"state", t.state}, {"row_begin", t.row_begin}, {"rows", t.rows}});
+  nlohmann::ordered_json optimizers = nlohmann::ordered_json::array();
+  for (const CheckpointOptimizer& o : r.optimizers)
+    optimizers.push_back({{"param", o.param}, {"kind", to_string(o.kind)}, {"row_begin", o.row_begin}, {"rows", o.rows}, {"scalars", o.scalars}});
+  return nlohmann::json(nlohmann::ordered_json{{"rank", r.rank}, {"file", r.file}, {"sampler", r.sampler}, {"rng_tensor", r.rng_tensor},
+                                               {"tensors", tensors}, {"optimizers", optimizers}});
+}
+
+nlohmann::json to_json(const FileManifest& m) {
+  return nlohmann::json(nlohmann::ordered_json{{"file", m.file}, {"bytes", m.bytes}, {"crc32", m.crc32},
+                                               {"chunk_bytes", m.chunk_bytes}, {"chunk_crc32", m.chunk_crc32}});
+}
+
+std::string layout_json(const CheckpointLayout& layout, const std::vector<nlohmann::json>& ranks,
+                        const std::vector<nlohmann::json>& manifest) {
+  nlohmann::ordered_json j{{"format", kCheckpointFormat},
+                           {"format_version", layout.format_version},
+                           {"step", layout.step},
+                           {"world_size", layout.world_size()},
+                           {"torch_version", layout.torch_version},
+                           {"placement", layout.placement},
+                           {"model", layout.model},
+                           {"optimizers", layout.optimizers},
+                           {"plan", plan_to_json(*layout.plan)},
+                           {"ranks", ranks},
+                           {"manifest", manifest}};
+  return j.dump(1) + "\n";
+}
+
+std::string layout_to_json(const CheckpointLayout& layout) {
+  std::vector<nlohmann::json> ranks, manifest;
+  for (const CheckpointRank& r : layout.ranks) ranks.push_back(to_json(r));
+  for (const FileManifest& m : layout.manifest) manifest.push_back(to_json(m));
+  return layout_json(layout, ranks, manifest);
+}
+
+CheckpointLayout parse_layout(const std::string& text, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "checkpoint: '", path, "' is not JSON: ", e.what());
+  }
+  const Fields f{j, path, "layout", kCheckpoint};
+  if (f.string("format") != kCheckpointFormat)
+    bad_layout(path, f.in("format"), "is '" + f.string("format") + "', not " + kCheckpointFormat);
+  CheckpointLayout L;
+  L.format_version = static_cast<int>(f.integer("format_version", 0, INT32_MAX));
+  if (L.format_version != kCheckpointFormatVersion)
+    bad_layout(path, f.in("format_version"), "unknown format version " + std::to_string(L.format_version) +
+                                                 " (this build reads version " + std::to_string(kCheckpointFormatVersion) + ")");
+  L.step = f.integer("step");
+  L.torch_version = f.string("torch_version");
+  L.placement = f.string("placement");
+  L.model = f.object("model");
+  L.optimizers = f.object("optimizers");
+  L.plan = std::make_shared<OwnershipPlan>(plan_from_json(f.object("plan"), path));
+  const OwnershipPlan& plan = *L.plan;
+  const int W = plan.world_size();
+  if (f.integer("world_size", 1, 1 << 20) != W) bad_layout(path, f.in("world_size"), "differs from the plan's world size");
+
+  // Manifest first: rank records name files that must be in it.
+  std::set<std::string> files;
+  for (size_t i = 0; i < f.array("manifest").size(); ++i) {
+    const Fields m = f.element("manifest", i);
+    FileManifest e;
+    e.file = m.string("file");
+    if (!plain_file_name(e.file)) bad_layout(path, m.in("file"), "'" + e.file + "' is not a plain file name");
+    if (!files.insert(e.file).second) bad_layout(path, m.in("file"), "'" + e.file + "' is listed twice");
+    e.bytes = m.integer("bytes", 0, int64_t{1} << 50);
+    e.crc32 = static_cast<uint32_t>(m.integer("crc32", 0, UINT32_MAX));
+    e.chunk_bytes = m.integer("chunk_bytes", 1, int64_t{1} << 40);
+    const int64_t chunks = (e.bytes + e.chunk_bytes - 1) / e.chunk_bytes;
+    const nlohmann::json& crcs = m.array("chunk_crc32");
+    if (static_cast<int64_t>(crcs.size()) != chunks)
+      bad_layout(path, m.in("chunk_crc32"), "has " + std::to_string(crcs.size()) + " entries for " + std::to_string(chunks) + " chunks");
+    for (const nlohmann::json& c : crcs) {
+      if (!c.is_number_unsigned() || c.get<uint64_t>() > UINT32_MAX) bad_layout(path, m.in("chunk_crc32"), "holds a value that is not a CRC-32");
+      e.chunk_crc32.push_back(c.get<uint32_t>());
+    }
+    L.manifest.push_back(std::move(e));
+  }
+
+  const nlohmann::json& ranks = f.array("ranks");
+  if (static_cast<int>(ranks.size()) != W)
+    bad_layout(path, f.in("ranks"), "has " + std::to_string(ranks.size()) + " entries for world size " + std::to_string(W));
+  std::set<std::string> rank_files;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const Fields r = f.element("ranks", i);
+    CheckpointRank R;
+    R.rank = static_cast<int>(r.integer("rank", 0, W - 1));
+    if (R.rank != static_cast<int>(i)) bad_layout(path, r.in("rank"), "ranks are not in rank order");
+    R.file = r.string("file");
+    if (!files.count(R.file)) bad_layout(path, r.in("file"), "'" + R.file + "' is not in the manifest");
+    if (!rank_files.insert(R.file).second) bad_layout(path, r.in("file"), "'" + R.file + "' belongs to two ranks");
+    R.sampler = r.object("sampler");
+    R.rng_tensor = r.string("rng_tensor");
+    // Rows of a parameter a record names must be exactly what the plan stores on this rank.
+    auto check_stored = [&](const std::string& where, const std::string& param, int64_t b, int64_t n) {
+      const ShardSlice* mine = plan.shard(param).slice_on(R.rank);
+      if (!mine || mine->rows == 0 || mine->row_begin != b || mine->rows != n)
+        bad_layout(path, where, "rows [" + std::to_string(b) + ", " + std::to_string(b + n) + ") of '" + param +
+                                    "' are not what the plan stores on rank " + std::to_string(R.rank));
+    };
+    std::set<std::string> names;
+    for (size_t k = 0; k < r.array("tensors").size(); ++k) {
+      const Fields t = r.element("tensors", k);
+      CheckpointTensor T;
+      T.tensor = t.string("tensor");
+      T.param = t.string("param");
+      T.state = t.string("state");
+      if (T.tensor.empty() || T.tensor == "__metadata__" || !names.insert(T.tensor).second)
+        bad_layout(path, t.in("tensor"), "'" + T.tensor + "' is empty, reserved or given twice");
+      if (!plan.has_shard(T.param)) bad_layout(path, t.in("param"), "'" + T.param + "' is not a parameter of the plan");
+      const MatrixShard& s = plan.shard(T.param);
+      const int64_t total = s.shape.empty() ? 1 : s.shape[0];
+      T.row_begin = t.integer("row_begin", 0, total);
+      T.rows = t.integer("rows", 1, total - T.row_begin);
+      check_stored(t.in("rows"), T.param, T.row_begin, T.rows);
+      R.tensors.push_back(std::move(T));
+    }
+    if (!R.rng_tensor.empty() && names.count(R.rng_tensor)) bad_layout(path, r.in("rng_tensor"), "names a parameter or state tensor");
+    std::set<std::string> stepped;
+    for (size_t k = 0; k < r.array("optimizers").size(); ++k) {
+      const Fields o = r.element("optimizers", k);
+      CheckpointOptimizer O;
+      O.param = o.string("param");
+      if (!plan.has_shard(O.param)) bad_layout(path, o.in("param"), "'" + O.param + "' is not a parameter of the plan");
+      if (!stepped.insert(O.param).second) bad_layout(path, o.in("param"), "'" + O.param + "' has two optimizers on this rank");
+      O.kind = in_context(path, o.in("kind"), [&] { return optimizer_kind_from_string(o.string("kind")); });
+      const MatrixShard& s = plan.shard(O.param);
+      const int64_t total = s.shape.empty() ? 1 : s.shape[0];
+      O.row_begin = o.integer("row_begin", 0, total);
+      O.rows = o.integer("rows", 1, total - O.row_begin);
+      check_stored(o.in("rows"), O.param, O.row_begin, O.rows);
+      const nlohmann::json& sc = o.object("scalars");
+      for (auto it = sc.begin(); it != sc.end(); ++it) {
+        if (!it.value().is_number() || !std::isfinite(it.value().get<double>()))
+          bad_layout(path, o.in("scalars"), "'" + it.key() + "' is not a finite number");
+        O.scalars[it.key()] = it.value().get<double>();
+      }
+      R.optimizers.push_back(std::move(O));
+    }
+    for (const CheckpointTensor& T : R.tensors)
+      if (!T.state.empty() && !stepped.count(T.param))
+        bad_layout(path, r.in("tensors"), "state '" + T.state + "' of '" + T.param + "' has no optimizer record");
+    L.ranks.push_back(std::move(R));
+  }
+  return L;
+}
+
+CheckpointLayout read_layout(const std::string& dir) {
+  const std::string path = dir + "/layout.json";
+  TORCH_CHECK(path_exists(path), "checkpoint: cannot read '", path, "' (not a checkpoint directory?)");
+  return parse_layout(read_file(path, "checkpoint", kMaxLayoutBytes), path);
+}
+
+VerifiedFile::VerifiedFile(const std::string& dir, const FileManifest& manifest)
+    : path_(dir + "/" + manifest.file), manifest_(manifest) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK(fd_ >= 0, "checkpoint: cannot open '", path_, "': ", std::strerror(errno),
+              errno == ENOENT ? " (a rank file of the layout is missing)" : "");
+  struct stat st {};
+  TORCH_CHECK(::fstat(fd_, &st) == 0, "checkpoint: cannot stat '", path_, "'");
+  if (st.st_size != manifest_.bytes) {
+    ::close(fd_);
+    fd_ = -1;
+    TORCH_CHECK(false, "checkpoint: '", path_, "' is ", static_cast<int64_t>(st.st_size), " bytes but the manifest says ",
+                manifest_.bytes, st.st_size < manifest_.bytes ? " (truncated)" : " (bytes appended or replaced)");
+  }
+}
+
+VerifiedFile::~VerifiedFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const std::vector<char>& VerifiedFile::chunk(int64_t c) {
+  for (auto& [index, bytes] : cache_)
+    if (index == c) return bytes;
+  const int64_t cb = manifest_.chunk_bytes, begin = c * cb, len = std::min(cb, manifest_.bytes - begin);
+  std::vector<char> bytes(static_cast<size_t>(len));
+  int64_t got = 0;
+  while (got < len) {
+    const ssize_t r = ::pread(fd_, bytes.data() + got, static_cast<size_t>(len - got), begin + got);
+    if (r < 0 && errno == EINTR) continue;
+    TORCH_CHECK(r > 0, "checkpoint: '", path_, "' ends early at byte ", begin + got, " (truncated while reading?)");
+    got += r;
+  }
+  bytes_read_ += len;
+  TORCH_CHECK(crc32(bytes.data(), bytes.size()) == manifest_.chunk_crc32[static_cast<size_t>(c)], "checkpoint: '", path_,
+              "' is corrupted: checksum mismatch in bytes [", begin, ", ", begin + len, ") (chunk ", c, ")");
+  // A few recent chunks stay: neighbouring small tensors share them.
+  if (cache_.size() >= kCachedChunks) cache_.erase(cache_.begin());
+  cache_.emplace_back(c, std::move(bytes));
+  return cache_.back().second;
+}
+
+void VerifiedFile::read(void* out, size_t n, int64_t offset) {
+  TORCH_CHECK(offset >= 0 && static_cast<uint64_t>(offset) <= static_cast<uint64_t>(manifest_.bytes) &&
+                  n <= static_cast<uint64_t>(manifest_.bytes - offset),
+              "checkpoint: '", path_, "': a read of ", n, " bytes at offset ", offset, " runs past its ", manifest_.bytes, " bytes");
+  if (n == 0) return;
+  const int64_t cb = manifest_.chunk_bytes;
+  char* dst = static_cast<char*>(out);
+  for (int64_t c = offset / cb; c <= (offset + static_cast<int64_t>(n) - 1) / cb; ++c) {
+    const std::vector<char>& bytes = chunk(c);
+    const int64_t begin = c * cb, len = static_cast<int64_t>(bytes.size());
+    const int64_t from = std::max(offset, begin), to = std::min(offset + static_cast<int64_t>(n), begin + len);
+    std::memcpy(dst + (from - offset), bytes.data() + (from - begin), static_cast<size_t>(to - from));
+  }
+}
+
+void VerifiedFile::verify_all() {
+  uint32_t whole = 0;
+  for (int64_t c = 0; c * manifest_.chunk_bytes < manifest_.bytes; ++c) {
+    const std::vector<char>& bytes = chunk(c);
+    whole = crc32(bytes.data(), bytes.size(), whole);
+  }
+  TORCH_CHECK(whole == manifest_.crc32, "checkpoint: '", path_, "' is corrupted: its CRC-32 is ", whole,
+              " but the manifest says ", manifest_.crc32);
+}
+
+const SafetensorsHeader& VerifiedFile::header() {
+  if (!header_) {
+    header_ = std::make_unique<SafetensorsHeader>(parse_safetensors_header(
+        path_, manifest_.bytes, [this](void* out, size_t n, int64_t offset) { read(out, n, offset); }));
+  }
+  return *header_;
+}
+
+at::Tensor VerifiedFile::read_rows(const std::string& tensor, int64_t row_begin, int64_t rows) {
+  return read_safetensors_rows(header(), tensor, row_begin, rows,
+                               [this](void* out, size_t n, int64_t offset) { read(out, n, offset); });
+}
+
+at::Tensor VerifiedFile::read_tensor(const std::string& tensor) {
+  const SafetensorsEntry& e = header().at(tensor);
+  return read_rows(tensor, 0, e.shape.empty() ? 1 : e.shape[0]);
+}
+
+}  // namespace mfsdp

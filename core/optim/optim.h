@@ -1,0 +1,58 @@
+// Optimizers acting on one whole local tensor with their own state; they never communicate.
+// Muon and AdamW follow torch.optim.Muon and torch.optim.AdamW (single-tensor path) of the pinned
+// torch version op for op; bitwise conformance tests (regression/conformance/) run them against the real ones.
+#pragma once
+
+#include "core/plan/optimizer_config.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+// (A + epsilon I)^(-1/root) of a symmetric positive semi-definite matrix by symmetric
+// eigendecomposition in float64 (eigenvalues clamped below at epsilon), returned in A's dtype.
+at::Tensor matrix_inverse_root(const at::Tensor& a, int root, double epsilon);
+
+// Newton–Schulz orthogonalisation exactly as torch.optim.Muon spells it (bfloat16, transpose when
+// rows > cols, Frobenius norm clamped at eps, addmm updates).
+at::Tensor newton_schulz(const at::Tensor& grad, const MuonOptions& o);
+
+// The learning rate Muon applies for a parameter of full shape rows x cols.
+double muon_adjusted_lr(double lr, MuonLrAdjustment adjustment, int64_t rows, int64_t cols);
+
+// One tensor's optimizer: state is a named set of tensors plus scalars.
+class TensorOptimizer {
+ public:
+  virtual ~TensorOptimizer() = default;
+  virtual OptimizerKind kind() const = 0;
+  // Updates `param` in place from `grad` (same shape). `full_shape` is the parameter's full
+  // shape (for lr adjustment); `param` may be a slice of it for element-wise optimizers.
+  virtual void step(at::Tensor& param, const at::Tensor& grad) = 0;
+  virtual std::map<std::string, at::Tensor> state() const = 0;
+  virtual std::map<std::string, double> scalars() const { return {}; }  // e.g. the step count
+  // Replaces the state with what state() and scalars() of an optimizer of the same kind and shape
+  // returned (undefined tensors left out; no tensors at all: not stepped yet). `param_shape` is the
+  // shape of the tensor this optimizer steps. Names, shapes, dtypes and counters are checked;
+  // throws naming the optimizer and the entry. Tensors are kept as given (on the parameter's device).
+  virtual void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                          const std::vector<int64_t>& param_shape) = 0;
+  virtual int64_t state_bytes() const;
+};
+
+std::unique_ptr<TensorOptimizer> make_muon(const MuonOptions& options, std::vector<int64_t> full_shape);
+std::unique_ptr<TensorOptimizer> make_adamw(const AdamWOptions& options);
+std::unique_ptr<TensorOptimizer> make_shampoo(const ShampooOptions& options, std::vector<int64_t> shape);
+std::unique_ptr<TensorOptimizer> make_soap(const SoapOptions& options, std::vector<int64_t> shape);
+
+// Checks hyperparameters (finite, in range), naming the optimizer and the field; throws.
+void validate(const MuonOptions& o);
+void validate(const AdamWOptions& o);
+void validate(const ShampooOptions& o);
+void validate(const SoapOptions& o);
+
+}  // namespace mfsdp

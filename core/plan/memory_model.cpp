@@ -1,0 +1,134 @@
+#include "core/plan/memory_model.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace mfsdp {
+namespace {
+
+int64_t elem(c10::ScalarType dtype) { return static_cast<int64_t>(c10::elementSize(dtype)); }
+
+template <typename T, typename F>
+std::pair<double, double> max_mean(const std::vector<T>& xs, F f) {
+  double mx = 0, sum = 0;
+  for (const auto& x : xs) {
+    mx = std::max(mx, static_cast<double>(f(x)));
+    sum += static_cast<double>(f(x));
+  }
+  return {mx, xs.empty() ? 0 : sum / xs.size()};
+}
+
+}  // namespace
+
+PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
+  const int W = plan.world_size();
+  PlanUsage usage;
+  usage.ranks.resize(W);
+  for (int r = 0; r < W; ++r) usage.ranks[r].rank = r;
+
+  // Baseline accumulators (per rank identical for zero3/zero1 params; state as described).
+  int64_t zero3_params = 0, zero3_state = 0, full_params = 0, full_state = 0, largest_matrix = 0,
+          largest_unit = 0;
+  for (const MatrixShard& s : plan.shards()) {
+    const int64_t e = elem(s.dtype);
+    const bool matrix = s.role == Role::owned_matrix;
+    const OptimizerKind opt = matrix ? o.optimizer : OptimizerKind::adamw;
+    const int64_t state = optimizer_state_elements(opt, s.shape, o.cost) * e;
+    const double cost = matrix ? optimizer_step_cost(opt, s.shape[0], s.shape[1], o.cost)
+                               : optimizer_step_cost(OptimizerKind::adamw, s.numel(), 1, o.cost);
+    full_params += s.numel() * e;
+    full_state += state;
+    zero3_params += even_chunk_rows(s.shape[0], W) * s.row_numel() * e;
+    zero3_state += (state + W - 1) / W;
+    if (matrix) largest_matrix = std::max(largest_matrix, s.numel() * e);
+    if (s.owned()) {
+      RankUsage& ru = usage.ranks[s.owner];
+      ru.state_bytes += state;
+      ru.optimizer_cost += cost;
+      (matrix ? ru.owned_matrices : ru.owned_tails) += 1;
+    } else {
+      for (const ShardSlice& sl : s.slices) {
+        RankUsage& ru = usage.ranks[sl.rank];
+        ru.state_bytes += 2 * sl.rows * s.row_numel() * e;
+        ru.optimizer_cost += static_cast<double>(sl.rows * s.row_numel());
+      }
+    }
+  }
+  usage.total_param_bytes = full_params;
+  for (const UnitLayout& u : plan.units()) {
+    const int64_t e = elem(u.dtype);
+    largest_unit = std::max(largest_unit, u.numel * e);
+    // The gathered buffer also holds a full copy of each even-sharded parameter (copy-out).
+    int64_t even_full = 0;
+    for (int si : u.shards) {
+      const MatrixShard& s = plan.shards()[si];
+      if (!s.owned()) even_full += (s.numel() + align_elements(u.dtype) - 1) / align_elements(u.dtype) * align_elements(u.dtype);
+    }
+    for (int r = 0; r < W; ++r) {
+      RankUsage& ru = usage.ranks[r];
+      const int64_t mine = u.segments[r].numel * e;
+      ru.param_bytes += mine;
+      ru.grad_bytes += mine;
+      ru.unshard_recv_bytes += u.numel * e - mine;
+      ru.transient_bytes = std::max(ru.transient_bytes, o.prefetch * (u.numel * e - mine + even_full * e));
+    }
+  }
+  for (RankUsage& ru : usage.ranks) {
+    ru.resident_bytes = ru.param_bytes + ru.grad_bytes + ru.state_bytes;
+    ru.peak_bytes = ru.resident_bytes + ru.transient_bytes;
+  }
+  auto [max_res, mean_res] = max_mean(usage.ranks, [](const RankUsage& r) { return r.resident_bytes; });
+  auto [max_cost, mean_cost] = max_mean(usage.ranks, [](const RankUsage& r) { return r.optimizer_cost; });
+  auto [max_peak, _] = max_mean(usage.ranks, [](const RankUsage& r) { return r.peak_bytes; });
+  usage.bytes_imbalance = mean_res > 0 ? max_res / mean_res : 1.0;
+  usage.cost_imbalance = mean_cost > 0 ? max_cost / mean_cost : 1.0;
+  usage.placements.push_back({"owner", static_cast<int64_t>(max_res), static_cast<int64_t>(mean_res),
+                              static_cast<int64_t>(max_peak)});
+
+  const int64_t zero3_resident = 2 * zero3_params + zero3_state;
+  const int64_t reconstruct = o.optimizer == OptimizerKind::adamw ? 0 : 2 * largest_matrix;
+  const int64_t zero3_transient = std::max(o.prefetch * (largest_unit - largest_unit / W), reconstruct);
+  usage.placements.push_back({"zero3", zero3_resident, zero3_resident, zero3_resident + zero3_transient});
+
+  auto [max_state, mean_state] = max_mean(usage.ranks, [](const RankUsage& r) { return r.state_bytes; });
+  const int64_t zero1_max = 2 * full_params + static_cast<int64_t>(max_state);
+  usage.placements.push_back({"zero1", zero1_max, 2 * full_params + static_cast<int64_t>(mean_state), zero1_max});
+
+  const int64_t ddp = 2 * full_params + full_state;
+  usage.placements.push_back({"ddp", ddp, ddp, ddp});
+  return usage;
+}
+
+nlohmann::json to_json(const PlanUsage& usage) {
+  nlohmann::ordered_json j;
+  j["bytes_imbalance"] = usage.bytes_imbalance;
+  j["cost_imbalance"] = usage.cost_imbalance;
+  j["total_param_bytes"] = usage.total_param_bytes;
+  auto ranks = nlohmann::ordered_json::array();
+  for (const RankUsage& r : usage.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"owned_matrices", r.owned_matrices},
+                     {"owned_tails", r.owned_tails},
+                     {"param_bytes", r.param_bytes},
+                     {"grad_bytes", r.grad_bytes},
+                     {"state_bytes", r.state_bytes},
+                     {"resident_bytes", r.resident_bytes},
+                     {"optimizer_cost", r.optimizer_cost},
+                     {"unshard_recv_bytes", r.unshard_recv_bytes},
+                     {"transient_bytes", r.transient_bytes},
+                     {"peak_bytes", r.peak_bytes}});
+  }
+  j["ranks"] = ranks;
+  auto placements = nlohmann::ordered_json::array();
+  for (const PlacementMemory& p : usage.placements) {
+    placements.push_back({{"placement", p.placement},
+                          {"max_resident_bytes", p.max_resident_bytes},
+                          {"mean_resident_bytes", p.mean_resident_bytes},
+                          {"max_peak_bytes", p.max_peak_bytes}});
+  }
+  j["placements"] = placements;
+  return j;
+}
+
+}  // namespace mfsdp

@@ -1,0 +1,60 @@
+// Per-rank memory, optimizer work and unshard traffic of a plan, and the same memory model for
+// the placements the paper compares against, so one table shows all four.
+#pragma once
+
+#include "core/plan/ownership_plan.h"
+#include "core/plan/optimizer_cost.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+struct MemoryModelOptions {
+  OptimizerKind optimizer = OptimizerKind::muon;  // matrix optimizer; everything else AdamW
+  OptimizerCostConfig cost;
+  int prefetch = 1;  // units gathered at once (the current one plus prefetched ones)
+};
+
+// One rank of an owner-shaped plan. Optimizer state is kept in the parameter dtype (as
+// torch.optim does); AdamW state covers real rows only, not padding.
+struct RankUsage {
+  int rank = 0;
+  int owned_matrices = 0;
+  int owned_tails = 0;
+  int64_t param_bytes = 0;  // this rank's segments, alignment and even-shard padding included
+  int64_t grad_bytes = 0;   // same shape as the segments
+  int64_t state_bytes = 0;  // matrix-optimizer state of owned matrices, AdamW state of the rest
+  int64_t resident_bytes = 0;      // params + grads + state: what stays between steps
+  double optimizer_cost = 0;       // multiply-adds per step (see optimizer_cost.h)
+  int64_t unshard_recv_bytes = 0;  // bytes received to unshard every unit once (one forward)
+  int64_t transient_bytes = 0;     // prefetch x largest gathered buffer: (unit - own segment) + full copies of its even parameters
+  int64_t peak_bytes = 0;          // resident + transient
+};
+
+// Memory of one placement: owner (this plan), zero3 (even shards of everything, FSDP2; matrix
+// optimizers reconstruct the largest gradient and momentum at the step), zero1 (full parameters
+// and gradients everywhere, optimizer state on owners as in this plan), ddp (everything full).
+struct PlacementMemory {
+  std::string placement;
+  int64_t max_resident_bytes = 0;
+  int64_t mean_resident_bytes = 0;
+  int64_t max_peak_bytes = 0;
+};
+
+struct PlanUsage {
+  std::vector<RankUsage> ranks;
+  double bytes_imbalance = 1;  // max / mean resident bytes
+  double cost_imbalance = 1;   // max / mean optimizer cost
+  int64_t total_param_bytes = 0;
+  std::vector<PlacementMemory> placements;  // owner, zero3, zero1, ddp
+};
+
+PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& options);
+
+nlohmann::json to_json(const PlanUsage& usage);
+
+}  // namespace mfsdp

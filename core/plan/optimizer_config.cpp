@@ -1,0 +1,40 @@
+#include "core/plan/optimizer_config.h"
+
+#include "core/util/enum_names.h"
+
+#include <c10/util/Exception.h>
+
+namespace mfsdp {
+namespace {
+
+constexpr NameTable<OptimizerKind, 4> kOptimizerNames{{{OptimizerKind::muon, "muon"},
+                                                       {OptimizerKind::adamw, "adamw"},
+                                                       {OptimizerKind::shampoo, "shampoo"},
+                                                       {OptimizerKind::soap, "soap"}}};
+constexpr NameTable<MuonLrAdjustment, 2> kMuonLrNames{
+    {{MuonLrAdjustment::original, "original"}, {MuonLrAdjustment::match_rms_adamw, "match_rms_adamw"}}};
+
+}  // namespace
+
+const char* to_string(OptimizerKind kind) { return checked_name(kOptimizerNames, kind); }
+
+OptimizerKind optimizer_kind_from_string(const std::string& name) { return parse_name(kOptimizerNames, name, "optimizer"); }
+
+const char* to_string(MuonLrAdjustment adjustment) { return checked_name(kMuonLrNames, adjustment); }
+
+MuonLrAdjustment muon_lr_adjustment_from_string(const std::string& name) {
+  return parse_name(kMuonLrNames, name, "Muon adjust_lr_fn");
+}
+
+OptimizerOptions training_defaults() {
+  OptimizerOptions o;
+  o.muon.lr = 0.02;
+  o.adamw.lr = 3e-3;
+  o.shampoo.lr = 3e-3;
+  o.soap.lr = 3e-3;
+  o.shampoo.precondition_frequency = 10;
+  o.soap.precondition_frequency = 10;
+  return o;
+}
+
+}  // namespace mfsdp

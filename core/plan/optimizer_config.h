@@ -1,0 +1,96 @@
+// What each optimizer is configured with: pure data, read by the optimizers (core/optim), by the
+// cost and memory models (core/plan) and recorded in checkpoints. The struct defaults of Muon and
+// AdamW are torch.optim's own (the conformance tests construct them bare); training_defaults()
+// is the one set of training hyperparameters that train, verify, bench and the cost model share.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+enum class OptimizerKind { muon, adamw, shampoo, soap };
+const char* to_string(OptimizerKind kind);
+OptimizerKind optimizer_kind_from_string(const std::string& name);  // throws on unknown names
+
+// torch.optim.Muon's adjust_lr_fn.
+enum class MuonLrAdjustment {
+  original,         // lr * sqrt(max(1, rows / cols))
+  match_rms_adamw,  // lr * 0.2 * sqrt(max(rows, cols))
+};
+const char* to_string(MuonLrAdjustment adjustment);
+MuonLrAdjustment muon_lr_adjustment_from_string(const std::string& name);  // throws on unknown names
+
+struct MuonOptions {
+  double lr = 1e-3;
+  double weight_decay = 0.1;
+  double momentum = 0.95;
+  bool nesterov = true;
+  double ns_a = 3.4445, ns_b = -4.7750, ns_c = 2.0315;
+  double eps = 1e-7;
+  int ns_steps = 5;
+  MuonLrAdjustment adjust_lr = MuonLrAdjustment::original;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+// Shampoo as in Meta's Distributed Shampoo (docs/optimizers.md has the exact step).
+struct ShampooOptions {
+  double lr = 1e-2;
+  double beta1 = 0.9;         // EMA of the gradient (the preconditioned quantity), bias-corrected
+  double beta2 = 1.0;         // factor statistics: 1 = running sums, else EMA
+  double epsilon = 1e-12;     // added as epsilon * I before the root inverse
+  double weight_decay = 0.0;  // decoupled: p *= 1 - lr * wd before the update
+  int64_t max_preconditioner_dim = 1024;  // larger dimensions are split into blocks of at most this
+  int precondition_frequency = 10;        // root inverses recomputed every this many steps
+  int start_preconditioning_step = -1;    // grafted steps before it; -1 = precondition_frequency
+  bool use_bias_correction = true;
+  bool adam_grafting = true;  // Shampoo direction rescaled per block to the Adam direction's norm
+  double grafting_beta2 = 0.999, grafting_epsilon = 1e-8;
+};
+
+// SOAP as in the SOAP paper's reference code (Adam in the eigenbasis of Shampoo's factors).
+struct SoapOptions {
+  double lr = 3e-3;
+  double beta1 = 0.95, beta2 = 0.95;
+  double shampoo_beta = -1;  // EMA of the factors; -1 = beta2
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // after the update, on the updated parameter
+  int precondition_frequency = 10;
+  int64_t max_precond_dim = 10000;  // a side longer than this is not rotated
+  bool correct_bias = true;
+};
+
+// A parameter group as torch.optim users know them: parameters whose name matches `pattern` (a
+// glob: * ? [..]) use these hyperparameters instead of their optimizer's. The first matching group
+// wins; a group that matches no parameter is an error.
+struct ParamGroup {
+  std::string pattern;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+// Every optimizer's hyperparameters and which one steps the hidden matrices (everything else:
+// AdamW).
+struct OptimizerOptions {
+  OptimizerKind optimizer = OptimizerKind::muon;
+  MuonOptions muon;
+  AdamWOptions adamw;
+  ShampooOptions shampoo;
+  SoapOptions soap;
+  std::vector<ParamGroup> groups;
+};
+
+// The training defaults (documented in the README): Muon lr 0.02 as common Muon recipes use for
+// hidden matrices, AdamW 3e-3 for embeddings, head and 1-D tails, Shampoo and SOAP 3e-3, both
+// preconditioners refreshed every 10 steps; everything else as the structs above.
+OptimizerOptions training_defaults();
+
+}  // namespace mfsdp

@@ -1,0 +1,285 @@
+#include "core/plan/planner.h"
+
+#include <c10/util/Exception.h>
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace mfsdp {
+namespace {
+
+int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+// Items in LPT order: heaviest first by `weight`, ties by key.
+std::vector<int> lpt_order(const std::vector<PlanItem>& items, const std::vector<double>& weight) {
+  std::vector<int> order(items.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    if (weight[a] != weight[b]) return weight[a] > weight[b];
+    return items[a].key < items[b].key;
+  });
+  return order;
+}
+
+// Longest-processing-time list scheduling on one objective: each item to the least-loaded rank.
+std::vector<int> greedy(const std::vector<PlanItem>& items, int W, bool by_cost) {
+  std::vector<double> weight;
+  for (const auto& it : items) weight.push_back(by_cost ? it.cost : it.bytes);
+  std::vector<int> owner(items.size(), 0);
+  std::vector<double> load(W, 0.0);
+  for (int i : lpt_order(items, weight)) {
+    int best = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = best;
+    load[best] += weight[i];
+  }
+  return owner;
+}
+
+// Both objectives at once. A rank's load is F_r = max(B_r / mean B, C_r / mean C); items go in LPT
+// order of their own normalised size to the rank that keeps F smallest, preferring ranks holding
+// fewer items of the same unit (so a unit's unshard traffic comes from many senders). Then local
+// search: moves and swaps off the most loaded rank while they lower its load.
+std::vector<int> balanced(const std::vector<PlanItem>& items, int W) {
+  const size_t n = items.size();
+  double total_b = 0, total_c = 0;
+  for (const auto& it : items) {
+    total_b += it.bytes;
+    total_c += it.cost;
+  }
+  const double mean_b = total_b > 0 ? total_b / W : 1.0, mean_c = total_c > 0 ? total_c / W : 1.0;
+  std::vector<double> nb(n), nc(n), size(n);
+  int units = 0;
+  for (size_t i = 0; i < n; ++i) {
+    nb[i] = items[i].bytes / mean_b;
+    nc[i] = items[i].cost / mean_c;
+    size[i] = std::max(nb[i], nc[i]);
+    units = std::max(units, items[i].unit + 1);
+  }
+  std::vector<double> lb(W, 0.0), lc(W, 0.0);
+  std::vector<std::vector<int>> per_unit(units, std::vector<int>(W, 0));
+  std::vector<int> owner(n, 0);
+  for (int i : lpt_order(items, size)) {
+    int best = 0;
+    double best_score = 0;
+    int best_same = 0;
+    for (int r = 0; r < W; ++r) {
+      double score = std::max(lb[r] + nb[i], lc[r] + nc[i]);
+      int same = per_unit[items[i].unit][r];
+      // Scores within 1e-9 are a tie; then fewer same-unit items wins, then the lower rank.
+      if (r == 0 || score < best_score - 1e-9 || (score <= best_score + 1e-9 && same < best_same)) {
+        best = r;
+        best_score = score;
+        best_same = same;
+      }
+    }
+    owner[i] = best;
+    lb[best] += nb[i];
+    lc[best] += nc[i];
+    ++per_unit[items[i].unit][best];
+  }
+  if (W == 1) return owner;
+  auto load = [&](int r) { return std::max(lb[r], lc[r]); };
+  std::vector<std::vector<int>> on(W);
+  for (size_t i = 0; i < n; ++i) on[owner[i]].push_back(static_cast<int>(i));
+  for (int iter = 0; iter < 4 * static_cast<int>(n) + 16; ++iter) {
+    int hot = 0;
+    for (int r = 1; r < W; ++r)
+      if (load(r) > load(hot) + 1e-12) hot = r;
+    const double before = load(hot);
+    double best_gain = 1e-9;
+    int best_i = -1, best_j = -1, best_r = -1;
+    for (int i : on[hot]) {
+      for (int r = 0; r < W; ++r) {
+        if (r == hot) continue;
+        // Move i: hot -> r.
+        double after = std::max(std::max(lb[hot] - nb[i], lc[hot] - nc[i]), std::max(lb[r] + nb[i], lc[r] + nc[i]));
+        if (before - after > best_gain) {
+          best_gain = before - after;
+          best_i = i, best_j = -1, best_r = r;
+        }
+        // Swap i with j on r.
+        for (int j : on[r]) {
+          double db = nb[i] - nb[j], dc = nc[i] - nc[j];
+          if (db <= 0 && dc <= 0) continue;
+          double a = std::max(std::max(lb[hot] - db, lc[hot] - dc), std::max(lb[r] + db, lc[r] + dc));
+          if (before - a > best_gain) {
+            best_gain = before - a;
+            best_i = i, best_j = j, best_r = r;
+          }
+        }
+      }
+    }
+    if (best_i < 0) break;
+    auto move = [&](int item, int from, int to) {
+      lb[from] -= nb[item], lc[from] -= nc[item];
+      lb[to] += nb[item], lc[to] += nc[item];
+      owner[item] = to;
+      on[from].erase(std::find(on[from].begin(), on[from].end(), item));
+      on[to].push_back(item);
+    };
+    move(best_i, hot, best_r);
+    if (best_j >= 0) move(best_j, best_r, hot);
+  }
+  return owner;
+}
+
+}  // namespace
+
+Role role_of(const ParamSpec& p, const PlannerOptions& options) {
+  for (const auto& rule : options.rules) {
+    if (fnmatch(rule.pattern.c_str(), p.name.c_str(), 0) == 0) {
+      TORCH_CHECK(rule.role != Role::owned_matrix || p.shape.size() == 2, "planner: rule '", rule.pattern,
+                  "' makes '", p.name, "' an owned matrix but it is ", p.shape.size(), "-D");
+      return rule.role;
+    }
+  }
+  switch (p.kind) {
+    case ParamKind::hidden_matrix: return Role::owned_matrix;
+    case ParamKind::embedding:
+    case ParamKind::head: return Role::even_shard;
+    case ParamKind::other: return Role::even_shard;  // tail; TailPolicy::owner turns it into owned_tail
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown ParamKind");
+}
+
+namespace {
+// The tail of a unit: parameters of kind `other` that no rule placed explicitly.
+bool in_tail(const ParamSpec& p, const PlannerOptions& options) {
+  for (const auto& rule : options.rules)
+    if (fnmatch(rule.pattern.c_str(), p.name.c_str(), 0) == 0) return false;
+  return p.kind == ParamKind::other;
+}
+
+Role effective_role(const ParamSpec& p, const PlannerOptions& options) {
+  if (in_tail(p, options) && options.tail_policy == TailPolicy::owner) return Role::owned_tail;
+  return role_of(p, options);
+}
+
+double resident_bytes(const ParamSpec& p, OptimizerKind optimizer, const OptimizerCostConfig& cost) {
+  const double elem = static_cast<double>(c10::elementSize(p.dtype));
+  return elem * (2.0 * p.numel() + optimizer_state_elements(optimizer, p.shape, cost));
+}
+}  // namespace
+
+std::vector<PlanItem> plan_items(const ModelSpec& spec, const PlannerOptions& options) {
+  validate(spec);
+  const std::vector<std::string> units = spec.unit_names();
+  auto unit_index = [&](const std::string& name) {
+    return static_cast<int>(std::find(units.begin(), units.end(), name) - units.begin());
+  };
+  std::vector<PlanItem> items;
+  std::vector<int> tail_item(units.size(), -1);
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ParamSpec& p = spec.params[i];
+    const Role role = effective_role(p, options);
+    const int u = unit_index(p.unit);
+    if (role == Role::owned_matrix) {
+      PlanItem item{p.name, u, {static_cast<int>(i)}, resident_bytes(p, options.optimizer, options.cost),
+                    optimizer_step_cost(options.optimizer, p.shape[0], p.shape[1], options.cost)};
+      items.push_back(std::move(item));
+    } else if (role == Role::owned_tail) {
+      if (tail_item[u] < 0) {
+        tail_item[u] = static_cast<int>(items.size());
+        items.push_back(PlanItem{units[u] + "/tail", u, {}, 0, 0});
+      }
+      PlanItem& t = items[tail_item[u]];
+      t.params.push_back(static_cast<int>(i));
+      t.bytes += resident_bytes(p, OptimizerKind::adamw, options.cost);
+      t.cost += optimizer_step_cost(OptimizerKind::adamw, p.numel(), 1, options.cost);
+    }
+  }
+  return items;
+}
+
+std::vector<int> assign_owners(const std::vector<PlanItem>& items, int W, const PlannerOptions& options) {
+  TORCH_CHECK(W >= 1, "planner: world size must be >= 1, got ", W);
+  std::vector<int> owner(items.size(), 0);
+  switch (options.planner) {
+    case PlannerKind::round_robin:
+      for (size_t i = 0; i < items.size(); ++i) owner[i] = static_cast<int>(i % W);  // the strategy itself
+      return owner;
+    case PlannerKind::greedy_bytes: return greedy(items, W, /*by_cost=*/false);
+    case PlannerKind::greedy_cost: return greedy(items, W, /*by_cost=*/true);
+    case PlannerKind::balanced: return balanced(items, W);
+    case PlannerKind::explicit_assignment: {
+      std::map<std::string, int> keys;
+      for (size_t i = 0; i < items.size(); ++i) keys.emplace(items[i].key, static_cast<int>(i));
+      for (const auto& [name, rank] : options.explicit_owners) {
+        TORCH_CHECK(keys.count(name), "planner: explicit assignment names '", name,
+                    "', which is not an owned parameter or unit tail of this model");
+        TORCH_CHECK(rank >= 0 && rank < W, "planner: explicit assignment puts '", name, "' on rank ", rank,
+                    ", outside [0, ", W, ")");
+      }
+      for (size_t i = 0; i < items.size(); ++i) {
+        auto it = options.explicit_owners.find(items[i].key);
+        TORCH_CHECK(it != options.explicit_owners.end(), "planner: explicit assignment has no owner for '",
+                    items[i].key, "'");
+        owner[i] = it->second;
+      }
+      return owner;
+    }
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown PlannerKind");
+}
+
+OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& options) {
+  TORCH_CHECK(W >= 1, "planner: world size must be >= 1, got ", W);
+  std::vector<PlanItem> items = plan_items(spec, options);  // validates the spec
+  std::vector<int> item_owner = assign_owners(items, W, options);
+  std::vector<int> param_owner(spec.params.size(), -1);
+  for (size_t i = 0; i < items.size(); ++i)
+    for (int p : items[i].params) param_owner[p] = item_owner[i];
+
+  const std::vector<std::string> unit_names = spec.unit_names();
+  std::vector<MatrixShard> shards(spec.params.size());
+  std::vector<UnitLayout> units(unit_names.size());
+  for (size_t u = 0; u < unit_names.size(); ++u) units[u].name = unit_names[u];
+  for (size_t i = 0; i < spec.params.size(); ++i) {
+    const ParamSpec& p = spec.params[i];
+    MatrixShard& s = shards[i];
+    s.name = p.name;
+    s.shape = p.shape;
+    s.dtype = p.dtype;
+    s.kind = p.kind;
+    s.role = effective_role(p, options);
+    s.owner = param_owner[i];
+    s.unit = static_cast<int>(std::find(unit_names.begin(), unit_names.end(), p.unit) - unit_names.begin());
+    units[s.unit].dtype = p.dtype;
+    units[s.unit].shards.push_back(static_cast<int>(i));
+    if (s.role == Role::owned_tail) units[s.unit].tail_owner = s.owner;
+  }
+  // Lay out each unit rank-major: per rank, its even slices, then what it owns.
+  for (UnitLayout& u : units) {
+    const int64_t align = align_elements(u.dtype);
+    int64_t cursor = 0;
+    for (int r = 0; r < W; ++r) {
+      const int64_t start = cursor;
+      for (int si : u.shards) {
+        MatrixShard& s = shards[si];
+        if (s.owned()) continue;
+        const int64_t chunk = even_chunk_rows(s.shape[0], W);
+        const auto [begin, end] = even_rows(s.shape[0], W, r);
+        cursor = align_up(cursor, align);
+        s.slices.push_back({r, cursor, begin, end - begin, chunk});
+        cursor += chunk * s.row_numel();
+      }
+      for (int si : u.shards) {
+        MatrixShard& s = shards[si];
+        if (!s.owned() || s.owner != r) continue;
+        cursor = align_up(cursor, align);
+        s.slices.push_back({r, cursor, 0, s.shape[0], s.shape[0]});
+        cursor += s.numel();
+      }
+      cursor = align_up(cursor, align);
+      u.segments.push_back({start, cursor - start});
+    }
+    u.numel = cursor;
+  }
+  PlanMeta meta{options.planner, options.tail_policy, spec.name};
+  return OwnershipPlan(W, std::move(meta), std::move(shards), std::move(units));
+}
+
+}  // namespace mfsdp

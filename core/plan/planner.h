@@ -1,0 +1,51 @@
+// The global owner planner: a pure function (model spec, W, options) -> OwnershipPlan.
+// Needs no process group. Every strategy works across all units of the model at once.
+#pragma once
+
+#include "core/plan/ownership_plan.h"
+#include "core/plan/model_spec.h"
+#include "core/plan/optimizer_cost.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+// Placement override for parameters whose name matches `pattern` (a glob: * ? [..]).
+struct PlacementRule {
+  std::string pattern;
+  Role role;
+};
+
+struct PlannerOptions {
+  PlannerKind planner = PlannerKind::balanced;
+  TailPolicy tail_policy = TailPolicy::even;
+  OptimizerKind optimizer = OptimizerKind::muon;  // the matrix optimizer (tails always use AdamW)
+  OptimizerCostConfig cost;
+  std::vector<PlacementRule> rules;  // first match wins; otherwise the default policy by kind
+  // PlannerKind::explicit_assignment: owner rank per owned parameter name, and per unit tail
+  // under TailPolicy::owner as "<unit>/tail". Every owned item must be listed.
+  std::map<std::string, int> explicit_owners;
+};
+
+// Default policy: hidden matrices owned (matrix optimizer); embeddings and heads even row shards
+// (AdamW); everything else the tail (even shards or the tail owner, per tail policy).
+Role role_of(const ParamSpec& param, const PlannerOptions& options);
+
+// One unit of planning work: an owned matrix, or a unit's whole tail under TailPolicy::owner.
+struct PlanItem {
+  std::string key;          // the parameter name, or "<unit>/tail"
+  int unit = 0;
+  std::vector<int> params;  // indices into the spec
+  double bytes = 0;         // resident bytes on its owner: parameters + gradients + optimizer state
+  double cost = 0;          // optimizer multiply-adds per step
+};
+std::vector<PlanItem> plan_items(const ModelSpec& spec, const PlannerOptions& options);
+
+// The owner of each item (same order as `items`). Ties break by item key, then lowest rank.
+std::vector<int> assign_owners(const std::vector<PlanItem>& items, int world_size, const PlannerOptions& options);
+
+OwnershipPlan make_plan(const ModelSpec& spec, int world_size, const PlannerOptions& options);
+
+}  // namespace mfsdp

@@ -1,0 +1,32 @@
+#include "core/runtime/even_matrix_step.h"
+
+#include "core/runtime/owner_runtime.h"
+
+#include <ATen/ops/zeros_like.h>
+
+namespace mfsdp {
+
+int64_t EvenMatrixStep::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& [_, b] : momentum_)
+    if (b.defined()) n += static_cast<int64_t>(b.nbytes());
+  return n;
+}
+
+at::Tensor EvenMatrixStep::update_input(OwnerRuntime& rt, int i) {
+  at::Tensor grad = rt.unit(rt.plan().shards()[i].unit).local_grad(i);
+  if (!grad.defined()) return grad;
+  const MuonOptions& o = rt.options().muon;
+  at::Tensor& buf = momentum_[i];
+  if (!buf.defined()) buf = at::zeros_like(grad);
+  buf.lerp_(grad, 1 - o.momentum);
+  return o.nesterov ? grad.lerp(buf, o.momentum) : buf.clone();
+}
+
+const MuonOptions& EvenMatrixStep::muon_for(OwnerRuntime& rt, int i) {
+  auto it = muon_.find(i);
+  if (it == muon_.end()) it = muon_.emplace(i, options_for(rt.options(), rt.plan().shards()[i].name).muon).first;
+  return it->second;
+}
+
+}  // namespace mfsdp

@@ -1,0 +1,287 @@
+#include "core/runtime/owner_runtime.h"
+
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros_like.h>
+#include <ATen/ops/isfinite.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <cmath>
+#include <numeric>
+
+namespace mfsdp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+OwnerRuntime* runtime_of(AutogradContext* ctx) {
+  return reinterpret_cast<OwnerRuntime*>(ctx->saved_data["runtime"].toInt());
+}
+
+// Forward: the unit's full parameters (the unit is already unsharded). Backward: every
+// parameter's gradient exists, so the unit's reduction to owners starts here.
+struct UnitGather : public torch::autograd::Function<UnitGather> {
+  static variable_list forward(AutogradContext* ctx, at::Tensor anchor, int64_t runtime, int64_t unit) {
+    ctx->saved_data["runtime"] = runtime;
+    ctx->saved_data["unit"] = unit;
+    return reinterpret_cast<OwnerRuntime*>(runtime)->unit(static_cast<int>(unit)).full_views();
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    OwnerRuntime* rt = runtime_of(ctx);
+    rt->queue_final_callback();
+    rt->reduce_unit(static_cast<int>(ctx->saved_data["unit"].toInt()), grads);
+    return {at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Identity on a unit's output; in backward it revives the unit before the unit's own backward.
+struct PreBackward : public torch::autograd::Function<PreBackward> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, int64_t runtime, int64_t unit) {
+    ctx->saved_data["runtime"] = runtime;
+    ctx->saved_data["unit"] = unit;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    OwnerRuntime* rt = runtime_of(ctx);
+    rt->queue_final_callback();
+    rt->revive_unit(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+
+OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options,
+                           const ParamMap& full_init)
+    : plan_(plan), comm_(comm), options_(std::move(options)) {
+  // Bad input first, before any collective: names, shapes and dtypes must match the plan.
+  for (const MatrixShard& s : plan_.shards()) {
+    auto it = full_init.find(s.name);
+    TORCH_CHECK(it != full_init.end(), "runtime: rank ", comm_.rank(), ": the plan's parameter '", s.name,
+                "' has no initial value");
+    TORCH_CHECK(it->second.sizes() == at::IntArrayRef(s.shape) && it->second.scalar_type() == s.dtype, "runtime: rank ",
+                comm_.rank(), ": initial value of '", s.name, "' is ", it->second.sizes(), " ", it->second.scalar_type(),
+                " but the plan has ", at::IntArrayRef(s.shape), " ", c10::toString(s.dtype));
+  }
+  TORCH_CHECK(full_init.size() == plan_.shards().size(), "runtime: rank ", comm_.rank(), ": ", full_init.size(),
+              " initial parameters for a plan of ", plan_.shards().size(), " (a parameter in no unit?)");
+  {
+    std::vector<std::string> names;
+    for (const MatrixShard& s : plan_.shards()) names.push_back(s.name);
+    check_groups(options_, names);
+  }
+  {
+    PhaseScope phase(comm_, Phase::other);
+    comm_.check_same_plan(plan_.hash());
+  }
+  for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u) {
+    units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard));
+    anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
+  }
+  optimizers_.resize(plan_.shards().size());
+  even_matrix_.assign(plan_.shards().size(), false);
+  for (size_t i = 0; i < plan_.shards().size(); ++i) {
+    const MatrixShard& s = plan_.shards()[i];
+    // A hidden matrix kept in even row shards under Muon: a baseline's even-matrix step.
+    even_matrix_[i] = s.kind == ParamKind::hidden_matrix && s.role == Role::even_shard &&
+                      options_.optimizer == OptimizerKind::muon;
+    if (even_matrix_[i] && !even_step_ && options_.even_matrix_step) even_step_ = options_.even_matrix_step();
+    Unit& unit = *units_[s.unit];
+    at::Tensor local = unit.local_param(static_cast<int>(i));
+    if (!local.defined()) continue;
+    const ShardSlice* mine = s.slice_on(comm_.rank());
+    local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
+    if (even_matrix_[i]) continue;  // stepped by the even-matrix step
+    const bool hidden = s.kind == ParamKind::hidden_matrix;
+    TORCH_CHECK(!hidden || s.role == Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: rank ",
+                comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
+                "' whole on one rank, but the plan keeps it in even shards (reconstruct and alltoall placements run Muon "
+                "or AdamW only)");
+    optimizers_[i] = make_optimizer(options_, s.name, hidden && s.role == Role::owned_matrix, s.shape);
+  }
+}
+
+OwnerRuntime::~OwnerRuntime() = default;
+
+void OwnerRuntime::track_peak() { peak_gathered_ = std::max(peak_gathered_, gathered_bytes()); }
+
+ParamMap OwnerRuntime::unshard(int u) {
+  Unit& unit = *units_.at(u);
+  if (unit.state() == UnitState::sharded) unit.unshard_async();  // else prefetched
+  track_peak();
+  unit.wait_fill();
+  if (options_.prefetch && u + 1 < num_units() && units_[u + 1]->state() == UnitState::sharded) {
+    units_[u + 1]->unshard_async();  // moves while unit u computes
+    track_peak();
+  }
+  variable_list full = UnitGather::apply(anchors_[u], reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
+  ParamMap params;
+  for (size_t k = 0; k < unit.shards().size(); ++k) params.emplace(plan_.shards()[unit.shards()[k]].name, full[k]);
+  return params;
+}
+
+at::Tensor OwnerRuntime::after_forward(int u, const at::Tensor& output) {
+  Unit& unit = *units_.at(u);
+  const bool backward_will_come = at::GradMode::is_enabled() && output.requires_grad();
+  at::Tensor out = output;
+  if (backward_will_come) out = PreBackward::apply(output, reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
+  if (!backward_will_come) unit.reshard(/*keep_for_backward=*/false);
+  else if (options_.reshard_after_forward) unit.reshard(/*keep_for_backward=*/true);
+  if (backward_will_come) forward_order_.push_back(u);
+  return out;
+}
+
+void OwnerRuntime::revive_unit(int u) {
+  Unit& unit = *units_.at(u);
+  if (unit.state() == UnitState::pinned) {
+    unit.revive_async();
+    track_peak();
+  }
+  unit.wait_fill();  // a prefetched revive completes here
+  if (!options_.prefetch) return;
+  // Backward visits units in reverse forward order: start reviving the one before u.
+  for (size_t k = 1; k < forward_order_.size(); ++k) {
+    if (forward_order_[k] != u) continue;
+    Unit& previous = *units_[forward_order_[k - 1]];
+    if (previous.state() == UnitState::pinned) {
+      previous.revive_async();
+      track_peak();
+    }
+    break;
+  }
+}
+
+void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads) {
+  units_.at(u)->reduce_to_owner(full_grads, options_.reduce);
+  reduce_order_.push_back(u);
+}
+
+void OwnerRuntime::queue_final_callback() {
+  if (callback_queued_) return;
+  callback_queued_ = true;
+  torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
+}
+
+void OwnerRuntime::finish_backward() {
+  callback_queued_ = false;
+  for (int u : reduce_order_) units_[u]->finish_reduction();
+  reduce_order_.clear();
+  forward_order_.clear();
+  for (auto& unit : units_) {
+    TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": unit '", unit->name(),
+                "' is ", to_string(unit->state()), " at the end of backward (did the loss depend on it?)");
+  }
+  // Non-finite gradients: each rank checks what it stores; one all-reduce tells every rank the
+  // first offending parameter of every rank, so all ranks fail or skip together.
+  int64_t first_bad = 0;
+  for (size_t i = 0; i < plan_.shards().size() && first_bad == 0; ++i) {
+    at::Tensor g = units_[plan_.shards()[i].unit]->local_grad(static_cast<int>(i));
+    if (g.defined() && !at::isfinite(g).all().item<bool>()) first_bad = static_cast<int64_t>(i) + 1;
+  }
+  at::Tensor flags = at::zeros({comm_.world_size()}, at::TensorOptions().dtype(at::kLong));
+  flags[comm_.rank()] = first_bad;
+  {
+    PhaseScope phase(comm_, Phase::grad_reduce);
+    at::Tensor on_device = flags.to(comm_.control_device());
+    comm_.allreduce_sum(on_device)->wait();
+    flags = on_device.cpu();
+  }
+  pending_report_ = StepReport{};
+  for (int r = 0; r < comm_.world_size(); ++r) {
+    const int64_t bad = flags[r].item<int64_t>();
+    if (bad > 0) {
+      pending_report_.non_finite_parameter = plan_.shards()[bad - 1].name;
+      break;
+    }
+  }
+}
+
+StepReport OwnerRuntime::step() {
+  PhaseScope phase(comm_, Phase::optimizer_step);
+  for (auto& unit : units_) {
+    TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": step() while unit '",
+                unit->name(), "' is ", to_string(unit->state()), " (run backward to completion first)");
+  }
+  StepReport report = pending_report_;
+  if (!report.non_finite_parameter.empty()) {
+    TORCH_CHECK(options_.non_finite == NonFinitePolicy::skip, "runtime: rank ", comm_.rank(),
+                ": non-finite gradient in parameter '", report.non_finite_parameter,
+                "'; the step was not taken (use the skip policy to skip such steps)");
+    report.skipped = true;
+    return report;
+  }
+  std::vector<int> even_matrices;
+  for (size_t i = 0; i < plan_.shards().size(); ++i) {
+    if (even_matrix_[i]) {
+      even_matrices.push_back(static_cast<int>(i));
+      continue;
+    }
+    if (!optimizers_[i]) continue;
+    Unit& unit = *units_[plan_.shards()[i].unit];
+    at::Tensor param = unit.local_param(static_cast<int>(i));
+    optimizers_[i]->step(param, unit.local_grad(static_cast<int>(i)));
+  }
+  if (!even_matrices.empty()) {
+    even_matrix_step().step(*this, even_matrices);
+  }
+  return report;
+}
+
+EvenMatrixStep& OwnerRuntime::even_matrix_step() {
+  TORCH_CHECK(even_step_, "runtime: rank ", comm_.rank(), ": the plan keeps hidden matrices in even shards under Muon, but no "
+              "even-matrix step was given (the reconstruct and alltoall placements give one)");
+  return *even_step_;
+}
+
+at::Tensor OwnerRuntime::local_param(const std::string& name) {
+  const MatrixShard& s = plan_.shard(name);
+  const int i = static_cast<int>(&s - plan_.shards().data());
+  return units_[s.unit]->local_param(i);
+}
+
+at::Tensor OwnerRuntime::local_grad(const std::string& name) {
+  const MatrixShard& s = plan_.shard(name);
+  const int i = static_cast<int>(&s - plan_.shards().data());
+  return units_[s.unit]->local_grad(i);
+}
+
+ParamMap OwnerRuntime::gather_full_params() {
+  PhaseScope phase(comm_, Phase::other);
+  ParamMap out;
+  for (auto& unit : units_) {
+    unit->unshard();
+    std::vector<at::Tensor> views = unit->full_views();
+    for (size_t k = 0; k < views.size(); ++k) {
+      out.emplace(plan_.shards()[unit->shards()[k]].name, views[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    }
+    unit->reshard(/*keep_for_backward=*/false);
+  }
+  return out;
+}
+
+int64_t OwnerRuntime::optimizer_state_bytes() const {
+  int64_t n = 0;
+  if (even_step_) n += even_step_->state_bytes();
+  for (const auto& o : optimizers_)
+    if (o) n += o->state_bytes();
+  return n;
+}
+
+int64_t OwnerRuntime::resident_bytes() const {
+  int64_t n = optimizer_state_bytes();
+  for (const auto& u : units_) n += 2 * u->segment_bytes();
+  return n;
+}
+
+int64_t OwnerRuntime::gathered_bytes() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u->gathered_bytes();
+  return n;
+}
+
+}  // namespace mfsdp

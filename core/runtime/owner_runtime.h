@@ -1,0 +1,126 @@
+// The owner-shaped ZeRO-3 runtime on one rank: units with segment-owner collectives and pinned
+// owner buffers, driven from autograd, and a communication-free optimizer step.
+//
+// One training step:
+//   for each unit u in forward order:
+//     ParamMap p = rt.unshard(u);        // owners broadcast their segments; full views returned
+//     x = model.unit_forward(u, x, p);
+//     x = rt.after_forward(u, x);        // pins u (gathered memory released), hooks backward
+//   loss.backward();                     // per unit, reverse order: revive, compute, reduce_to_owner;
+//                                        // the engine's final callback waits for every reduction
+//   rt.step();                           // owners update what they own: 0 collectives, 0 bytes
+#pragma once
+
+#include "core/dist/communicator.h"
+#include "core/plan/ownership_plan.h"
+#include "core/optim/optimizer_routing.h"
+#include "core/runtime/even_matrix_step.h"
+#include "core/runtime/param_map.h"
+#include "core/runtime/unit.h"
+#include "core/util/enum_names.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+enum class NonFinitePolicy {
+  fail,  // step() throws naming the first parameter with a non-finite gradient
+  skip,  // step() skips the update and reports it
+};
+constexpr NameTable<NonFinitePolicy, 2> kNonFinitePolicyNames{{{NonFinitePolicy::fail, "fail"}, {NonFinitePolicy::skip, "skip"}}};
+
+// The runtime's options: the optimizers' (OptimizerOptions: kinds, hyperparameters, groups) and how
+// the units move and reduce.
+struct RuntimeOptions : OptimizerOptions {
+  RuntimeOptions() = default;
+  explicit RuntimeOptions(const OptimizerOptions& o) : OptimizerOptions(o) {}
+  ReduceMode reduce = ReduceMode::deterministic;
+  UnshardStrategy unshard = UnshardStrategy::broadcast;  // measured faster on Gloo (bench_unshard)
+  bool reshard_after_forward = true;  // false: keep gathered memory until backward (no revive)
+  // Overlap communication with compute: issue unit u+1's unshard before unit u's forward runs,
+  // and the revive of the unit before u (in forward order) before u's backward runs. At most two
+  // units' gathered memory is resident at once instead of one. The same collectives in the same
+  // order on every rank, so results are bitwise those without prefetch.
+  bool prefetch = false;
+  NonFinitePolicy non_finite = NonFinitePolicy::fail;
+  // How hidden matrices the plan keeps in even row shards are stepped under Muon (the baselines:
+  // reference/reconstruct.h, reference/alltoall.h). Unset: such a plan is refused at the step.
+  EvenMatrixStepFactory even_matrix_step;
+  at::Device device = at::kCPU;
+};
+
+struct StepReport {
+  bool skipped = false;
+  std::string non_finite_parameter;  // set when a non-finite gradient was found
+};
+
+class OwnerRuntime {
+ public:
+  // Every rank passes the same plan and the same full initial parameters; each keeps only what
+  // its segments hold. Compares plan hashes across ranks first (clear error instead of a hang).
+  OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options, const ParamMap& full_init);
+  ~OwnerRuntime();
+
+  const OwnershipPlan& plan() const { return plan_; }
+  Communicator& comm() { return comm_; }
+  const RuntimeOptions& options() const { return options_; }
+  int num_units() const { return static_cast<int>(units_.size()); }
+  Unit& unit(int u) { return *units_.at(u); }
+
+  // Unshards unit `u` and returns its parameters as full tensors connected to autograd.
+  ParamMap unshard(int u);
+  // Pins (or keeps) unit `u` after its forward and hooks `output` so backward revives `u` first.
+  at::Tensor after_forward(int u, const at::Tensor& output);
+  // Waits for every reduction and checks gradients for non-finite values (one all-reduce of a
+  // flag per rank, counted as gradient reduction). Runs as autograd's final callback; idempotent.
+  void finish_backward();
+
+  // The local optimizer step: matrix optimizer on owned matrices, AdamW on owned tails and even
+  // slices. Issues no collective (the communicator's optimizer_step counters prove it).
+  StepReport step();
+
+  // This rank's stored part of parameter `name` and its gradient (undefined if none stored).
+  at::Tensor local_param(const std::string& name);
+  at::Tensor local_grad(const std::string& name);
+  // Every parameter in full on every rank, as CPU tensors (collectives in phase `other`).
+  ParamMap gather_full_params();
+
+  // For checkpoints: the optimizer stepping plan shard `shard` here (null where this rank stores
+  // none of it, or where the even-matrix step owns it), whether the even-matrix step steps it,
+  // and that step (null when the plan has no even-sharded hidden matrix under Muon).
+  TensorOptimizer* optimizer(int shard) { return optimizers_.at(shard).get(); }
+  bool steps_even_matrix(int shard) const { return even_matrix_.at(shard); }
+  EvenMatrixStep& even_matrix_step();
+
+  int64_t resident_bytes() const;    // segments + segment gradients + optimizer state
+  int64_t optimizer_state_bytes() const;
+  int64_t gathered_bytes() const;    // transient bytes resident now
+  int64_t peak_gathered_bytes() const { return peak_gathered_; }
+
+  // Internal, for the autograd functions.
+  void reduce_unit(int u, const std::vector<at::Tensor>& full_grads);
+  void revive_unit(int u);
+  void queue_final_callback();
+
+ private:
+  void track_peak();
+
+  const OwnershipPlan& plan_;
+  Communicator& comm_;
+  RuntimeOptions options_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<at::Tensor> anchors_;  // one leaf per unit: makes each unit's gather a graph node
+  std::vector<std::unique_ptr<TensorOptimizer>> optimizers_;  // per plan shard; null where not stored here
+  std::vector<bool> even_matrix_;            // per shard: stepped by even_step_ (a baseline)
+  std::unique_ptr<EvenMatrixStep> even_step_;
+  std::vector<int> reduce_order_;     // units in the order their reductions were issued
+  std::vector<int> forward_order_;    // units in the order after_forward pinned them (this step)
+  bool callback_queued_ = false;
+  int64_t peak_gathered_ = 0;
+  StepReport pending_report_;
+};
+
+}  // namespace mfsdp

@@ -1,0 +1,385 @@
+// The owner-shaped runtime on the tiny model, for W in 1..5, two planners and both tail policies:
+// unshard is exact, pinned views are revived in place, owners get the rank-order mean of every
+// rank's gradient bit for bit, the step communicates nothing, and memory matches the model.
+#include "core/train/data.h"
+#include "core/plan/memory_model.h"
+#include "core/train/model.h"
+#include "core/plan/planner.h"
+#include "core/dist/ranks.h"
+#include "core/runtime/reduction.h"
+#include "core/runtime/owner_runtime.h"
+#include "core/util/tensor_compare.h"
+
+#include <ATen/ops/full.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <mutex>
+
+namespace mfsdp {
+namespace {
+
+TransformerConfig tiny() {
+  TransformerConfig c = preset_config("tiny");
+  c.layers = 2;
+  return c;
+}
+
+RanksOptions world(int w) {
+  RanksOptions o;
+  o.world_size = w;
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+// One owner-shaped forward and backward of a batch; returns the loss.
+at::Tensor forward_backward(OwnerRuntime& rt, const TransformerModel& model, const at::Tensor& tokens,
+                            const at::Tensor& targets) {
+  at::Tensor x = tokens;
+  for (int u = 0; u < rt.num_units(); ++u) {
+    ParamMap p = rt.unshard(u);
+    x = model.unit_forward(u, x, p, targets);
+    x = rt.after_forward(u, x);
+  }
+  x.backward();
+  return x;
+}
+
+struct GridCase {
+  int world_size;
+  PlannerKind planner;
+  TailPolicy tail;
+};
+
+class RuntimeGrid : public ::testing::TestWithParam<GridCase> {};
+
+TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
+  const GridCase gc = GetParam();
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(/*seed=*/7);
+  const ByteCorpus corpus = ByteCorpus::load();
+  PlannerOptions popts;
+  popts.planner = gc.planner;
+  popts.tail_policy = gc.tail;
+  const OwnershipPlan plan = make_plan(model.spec(), gc.world_size, popts);
+  const PlanUsage usage = plan_usage(plan, MemoryModelOptions{});
+
+  std::mutex mutex;
+  std::vector<ParamMap> local_grads(gc.world_size);  // each rank's own gradient, computed plainly
+  std::vector<std::string> problems;
+  auto problem = [&](const std::string& what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    problems.push_back(what);
+  };
+
+  run_ranks_as_threads(world(gc.world_size), [&](RankContext& ctx) {
+    const int me = ctx.rank;
+    auto [tokens, targets] = corpus.batch(/*seed=*/3, /*step=*/0, me, /*batch=*/2, /*seq=*/16);
+    Communicator comm(ctx.backend);
+    RuntimeOptions pinned_opts;  // reshard after forward: pinned, revived in backward
+    RuntimeOptions kept_opts;
+    kept_opts.reshard_after_forward = false;  // the control: never reshards
+    OwnerRuntime rt(plan, comm, pinned_opts, init);
+    OwnerRuntime control(plan, comm, kept_opts, init);
+
+    // 1. Unshard reconstructs the initial full parameters bit for bit.
+    ParamMap gathered = rt.gather_full_params();
+    for (const auto& [name, value] : init) {
+      TensorDiff d = diff(gathered.at(name), value);
+      if (!d.bitwise_equal) problem("rank " + std::to_string(me) + " unshard of " + name + ": " + describe(d, gathered.at(name), value));
+    }
+
+    // 1b. Both unshard strategies give the same bits.
+    {
+      RuntimeOptions by_broadcast;
+      by_broadcast.unshard = UnshardStrategy::broadcast;
+      OwnerRuntime other(plan, comm, by_broadcast, init);
+      ParamMap again = other.gather_full_params();
+      for (const auto& [name, value] : init)
+        if (!bitwise_equal(again.at(name), value)) problem("rank " + std::to_string(me) + " broadcast unshard of " + name + " differs");
+    }
+
+    // 2. Forward moves exactly the segments this rank does not store; pinned views stay bound.
+    comm.reset_counters();
+    std::vector<const c10::StorageImpl*> storage_in_forward;
+    std::vector<std::string> forward_problems;
+    {
+      at::Tensor x = tokens;
+      for (int u = 0; u < rt.num_units(); ++u) {
+        ParamMap p = rt.unshard(u);
+        x = model.unit_forward(u, x, p, targets);
+        x = rt.after_forward(u, x);
+        Unit& unit = rt.unit(u);
+        storage_in_forward.push_back(unit.gathered_storage_impl());
+        if (unit.state() != UnitState::pinned || unit.gathered_bytes() != 0)
+          forward_problems.push_back("unit " + unit.name() + " is not pinned with 0 bytes after forward");
+        for (int s : unit.shards()) {
+          const MatrixShard& shard = plan.shards()[s];
+          const bool own = shard.owned() && shard.owner == me;
+          const c10::StorageImpl* where = p.at(shard.name).storage().unsafeGetStorageImpl();
+          if (!own && where != unit.gathered_storage_impl()) forward_problems.push_back(shard.name + " is not a view of the gathered storage");
+          if (own && where != unit.segment().storage().unsafeGetStorageImpl()) forward_problems.push_back(shard.name + " is owned here but not a view of the segment");
+        }
+      }
+      int64_t expected_recv = 0;
+      for (const UnitLayout& u : plan.units())
+        for (int r = 0; r < gc.world_size; ++r)
+          if (r != me) expected_recv += u.segments[r].numel * static_cast<int64_t>(c10::elementSize(u.dtype));
+      if (comm.counters(Phase::unshard).bytes_recv != expected_recv)
+        problem("rank " + std::to_string(me) + " unshard received " + std::to_string(comm.counters(Phase::unshard).bytes_recv) +
+                " bytes, expected " + std::to_string(expected_recv));
+      x.backward();  // revives every unit in place, then reduces to owners
+    }
+    for (int u = 0; u < rt.num_units(); ++u) {
+      if (rt.unit(u).gathered_storage_impl() != storage_in_forward[u]) forward_problems.push_back("unit storage replaced");
+      if (rt.unit(u).state() != UnitState::sharded) forward_problems.push_back("unit not sharded after backward");
+    }
+    for (const auto& p : forward_problems) problem("rank " + std::to_string(me) + ": " + p);
+
+    // 3. Backward after reshard equals backward without reshard, bitwise.
+    forward_backward(control, model, tokens, targets);
+    for (const MatrixShard& s : plan.shards()) {
+      at::Tensor a = rt.local_grad(s.name), b = control.local_grad(s.name);
+      if (a.defined() != b.defined() || (a.defined() && !bitwise_equal(a, b)))
+        problem("rank " + std::to_string(me) + " grad of " + s.name + " differs between pinned/revived and never-resharded runs");
+    }
+
+    // 4. Owners hold the rank-order mean of every rank's independently computed gradient.
+    {
+      ParamMap leaves;
+      for (const auto& [name, value] : init) leaves.emplace(name, value.clone().set_requires_grad(true));
+      model.loss(tokens, targets, leaves).backward();
+      ParamMap grads;
+      for (auto& [name, leaf] : leaves) grads.emplace(name, leaf.grad());
+      std::lock_guard<std::mutex> lock(mutex);
+      local_grads[me] = std::move(grads);
+    }
+    ctx.backend->barrier()->wait();
+    for (const MatrixShard& s : plan.shards()) {
+      at::Tensor mine = rt.local_grad(s.name);
+      if (!mine.defined()) continue;
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < gc.world_size; ++r) parts.push_back(local_grads[r].at(s.name));
+      at::Tensor expected = mean_in_rank_order(parts, s.dtype);
+      for (const ShardSlice& sl : s.slices)
+        if (sl.rank == me) expected = expected.narrow(0, sl.row_begin, sl.rows);
+      TensorDiff d = diff(mine, expected);
+      if (!d.bitwise_equal) problem("rank " + std::to_string(me) + " owner grad of " + s.name + ": " + describe(d, mine, expected));
+    }
+
+    // 4b. Prefetch (the next unit's unshard and the previous unit's revive in flight during
+    // compute) issues the same collectives and gives the same bits, with at most two units'
+    // gathered memory resident.
+    {
+      RuntimeOptions prefetch_opts;
+      prefetch_opts.prefetch = true;
+      OwnerRuntime prefetched(plan, comm, prefetch_opts, init);
+      comm.reset_counters();
+      forward_backward(prefetched, model, tokens, targets);
+      const PhaseCounters unshard = comm.counters(Phase::unshard);
+      comm.reset_counters();
+      forward_backward(control, model, tokens, targets);
+      const PhaseCounters control_unshard = comm.counters(Phase::unshard);
+      if (unshard.bytes_recv != 2 * control_unshard.bytes_recv)  // forward + revive vs forward only
+        problem("rank " + std::to_string(me) + " prefetch moved " + std::to_string(unshard.bytes_recv) + " unshard bytes, expected " +
+                std::to_string(2 * control_unshard.bytes_recv));
+      int64_t pair_bound = 0;
+      for (int u = 0; u < rt.num_units(); ++u) {
+        const int64_t next = u + 1 < rt.num_units() ? rt.unit(u + 1).gathered_capacity() : 0;
+        pair_bound = std::max(pair_bound, rt.unit(u).gathered_capacity() + next);
+      }
+      if (prefetched.peak_gathered_bytes() > pair_bound)
+        problem("rank " + std::to_string(me) + " prefetch peak gathered " + std::to_string(prefetched.peak_gathered_bytes()) +
+                " bytes exceeds two consecutive units (" + std::to_string(pair_bound) + ")");
+      for (const MatrixShard& s : plan.shards()) {
+        at::Tensor a = prefetched.local_grad(s.name), b = rt.local_grad(s.name);
+        if (a.defined() && !bitwise_equal(a, b))
+          problem("rank " + std::to_string(me) + " grad of " + s.name + " differs with prefetch");
+      }
+    }
+
+    // 4c. Fast mode (reduce-scatter of the even tail, native reduce of owned remainders) gives
+    // owners the same mean up to summation order.
+    {
+      RuntimeOptions fast_opts;
+      fast_opts.reduce = ReduceMode::fast;
+      OwnerRuntime fast(plan, comm, fast_opts, init);
+      forward_backward(fast, model, tokens, targets);
+      for (const MatrixShard& s : plan.shards()) {
+        at::Tensor a = fast.local_grad(s.name), b = rt.local_grad(s.name);
+        if (!a.defined()) continue;
+        const TensorDiff d = diff(a, b);
+        if (d.max_abs_diff > 1e-6 + 1e-5 * b.abs().max().item<double>())
+          problem("rank " + std::to_string(me) + " fast-mode grad of " + s.name + ": " + describe(d, a, b));
+      }
+    }
+
+    // 5. The step issues no collective and moves no byte.
+    comm.reset_counters();
+    rt.step();
+    const PhaseCounters all = comm.total();
+    if (all.calls != 0 || all.bytes_sent != 0 || all.bytes_recv != 0)
+      problem("rank " + std::to_string(me) + " step communicated: " + std::to_string(all.calls) + " calls");
+
+    // 6. Memory after a step equals the planner's model; gathered memory is back to zero.
+    const RankUsage& model_usage = usage.ranks[me];
+    if (rt.resident_bytes() != model_usage.resident_bytes)
+      problem("rank " + std::to_string(me) + " resident " + std::to_string(rt.resident_bytes()) + " bytes, model says " +
+              std::to_string(model_usage.resident_bytes));
+    if (rt.gathered_bytes() != 0) problem("rank " + std::to_string(me) + " still holds gathered memory after the step");
+    if (rt.peak_gathered_bytes() != model_usage.transient_bytes)
+      problem("rank " + std::to_string(me) + " peak gathered " + std::to_string(rt.peak_gathered_bytes()) +
+              " bytes, model says " + std::to_string(model_usage.transient_bytes));
+
+    // 7. An illegal lifecycle move throws naming both states and leaves the unit usable.
+    try {
+      rt.unit(0).transition(UnitState::pinned);
+      problem("sharded -> pinned was accepted");
+    } catch (const c10::Error& e) {
+      if (std::string(e.what_without_backtrace()).find("illegal lifecycle move sharded -> pinned") == std::string::npos)
+        problem(std::string("unexpected message: ") + e.what_without_backtrace());
+    }
+    forward_backward(rt, model, tokens, targets);  // still usable
+    rt.step();
+  });
+  for (const auto& p : problems) ADD_FAILURE() << p;
+}
+
+std::vector<GridCase> grid() {
+  std::vector<GridCase> cases;
+  for (int w = 1; w <= 5; ++w)
+    for (PlannerKind p : {PlannerKind::round_robin, PlannerKind::balanced})
+      for (TailPolicy t : {TailPolicy::even, TailPolicy::owner}) cases.push_back({w, p, t});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyModel, RuntimeGrid, ::testing::ValuesIn(grid()),
+                         [](const ::testing::TestParamInfo<GridCase>& info) {
+                           std::string name = "W";
+                           name += std::to_string(info.param.world_size);
+                           name += '_';
+                           name += to_string(info.param.planner);
+                           name += '_';
+                           name += to_string(info.param.tail);
+                           return name;
+                         });
+
+TEST(RuntimeErrors, MismatchedPlansFailBeforeAnyUnitCollective) {
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(1);
+  PlannerOptions a, b;
+  a.planner = PlannerKind::balanced;
+  b.planner = PlannerKind::round_robin;
+  const OwnershipPlan plan_a = make_plan(model.spec(), 2, a), plan_b = make_plan(model.spec(), 2, b);
+  try {
+    run_ranks_as_threads(world(2), [&](RankContext& ctx) {
+      Communicator comm(ctx.backend);
+      OwnerRuntime rt(ctx.rank == 0 ? plan_a : plan_b, comm, RuntimeOptions{}, init);
+    });
+    FAIL() << "expected mismatched plans to fail";
+  } catch (const RankError& e) {
+    EXPECT_NE(std::string(e.what()).find("the ranks hold different plans"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RuntimeErrors, InitialValuesMustMatchThePlan) {
+  const TransformerModel model(tiny());
+  ParamMap init = model.init(1);
+  const OwnershipPlan plan = make_plan(model.spec(), 1, PlannerOptions{});
+  init.erase("layers.1.mlp.up.weight");
+  try {
+    run_ranks_as_threads(world(1), [&](RankContext& ctx) {
+      Communicator comm(ctx.backend);
+      OwnerRuntime rt(plan, comm, RuntimeOptions{}, init);
+    });
+    FAIL() << "expected a missing parameter to fail";
+  } catch (const RankError& e) {
+    EXPECT_NE(std::string(e.what()).find("'layers.1.mlp.up.weight' has no initial value"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RuntimeErrors, NonFiniteGradientsFailNamingTheParameterOrSkip) {
+  const TransformerModel model(tiny());
+  ParamMap init = model.init(1);
+  init.at("layers.1.mlp.down.weight").index_put_({0, 0}, std::numeric_limits<float>::infinity());
+  const ByteCorpus corpus = ByteCorpus::load();
+  const OwnershipPlan plan = make_plan(model.spec(), 2, PlannerOptions{});
+  for (NonFinitePolicy policy : {NonFinitePolicy::fail, NonFinitePolicy::skip}) {
+    std::mutex m;
+    std::vector<std::string> outcomes;
+    try {
+      run_ranks_as_threads(world(2), [&](RankContext& ctx) {
+        Communicator comm(ctx.backend);
+        RuntimeOptions o;
+        o.non_finite = policy;
+        OwnerRuntime rt(plan, comm, o, init);
+        auto [tokens, targets] = corpus.batch(0, 0, ctx.rank, 2, 8);
+        forward_backward(rt, model, tokens, targets);
+        ParamMap before = rt.gather_full_params();
+        comm.reset_counters();
+        StepReport r = rt.step();
+        EXPECT_EQ(comm.total().calls, 0);
+        std::lock_guard<std::mutex> lock(m);
+        outcomes.push_back(r.skipped ? "skipped:" + r.non_finite_parameter : "stepped");
+      });
+    } catch (const RankError& e) {
+      EXPECT_EQ(policy, NonFinitePolicy::fail);
+      EXPECT_NE(std::string(e.what()).find("non-finite gradient in parameter '"), std::string::npos) << e.what();
+      continue;
+    }
+    EXPECT_EQ(policy, NonFinitePolicy::skip);
+    ASSERT_EQ(outcomes.size(), 2u);
+    for (const auto& o : outcomes) EXPECT_EQ(o.rfind("skipped:", 0), 0u) << o;
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// Shampoo and SOAP run unchanged on owners: after a step each rank's resident bytes (segments,
+// gradients, optimizer state) equal the memory model for that optimizer, and a matrix's state
+// exists only on its owner.
+TEST(RuntimeMatrixOptimizers, StateOnlyOnOwnersAndMemoryMatchesTheModel) {
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(/*seed=*/7);
+  const ByteCorpus corpus = ByteCorpus::load();
+  for (OptimizerKind kind : {OptimizerKind::shampoo, OptimizerKind::soap}) {
+    for (int W : {2, 3}) {
+      PlannerOptions popts;
+      popts.optimizer = kind;
+      const OwnershipPlan plan = make_plan(model.spec(), W, popts);
+      MemoryModelOptions mopts;
+      mopts.optimizer = kind;
+      mopts.cost.shampoo_max_preconditioner_dim = ShampooOptions{}.max_preconditioner_dim;
+      mopts.cost.shampoo_adam_grafting = ShampooOptions{}.adam_grafting;
+      mopts.cost.soap_max_precond_dim = SoapOptions{}.max_precond_dim;
+      const PlanUsage usage = plan_usage(plan, mopts);
+      std::mutex mutex;
+      std::vector<std::string> problems;
+      run_ranks_as_threads(world(W), [&](RankContext& ctx) {
+        Communicator comm(ctx.backend);
+        RuntimeOptions o;
+        o.optimizer = kind;
+        OwnerRuntime rt(plan, comm, o, init);
+        auto [tokens, targets] = corpus.batch(3, 0, ctx.rank, 2, 16);
+        forward_backward(rt, model, tokens, targets);
+        comm.reset_counters();
+        rt.step();
+        std::lock_guard<std::mutex> lock(mutex);
+        if (comm.total().calls != 0) problems.push_back(std::string(to_string(kind)) + " step communicated");
+        if (rt.resident_bytes() != usage.ranks[ctx.rank].resident_bytes)
+          problems.push_back(std::string(to_string(kind)) + " W=" + std::to_string(W) + " rank " + std::to_string(ctx.rank) +
+                             ": resident " + std::to_string(rt.resident_bytes()) + " bytes, model " +
+                             std::to_string(usage.ranks[ctx.rank].resident_bytes));
+      });
+      for (const auto& p : problems) ADD_FAILURE() << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp

@@ -1,0 +1,335 @@
+#include "core/runtime/unit.h"
+
+#include "core/runtime/reduction.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+namespace mfsdp {
+
+const char* to_string(UnitState state) {
+  switch (state) {
+    case UnitState::sharded: return "sharded";
+    case UnitState::unsharded: return "unsharded";
+    case UnitState::pinned: return "pinned";
+    case UnitState::revived: return "revived";
+    case UnitState::reducing: return "reducing";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown UnitState");
+}
+
+const char* to_string(UnshardStrategy strategy) {
+  return strategy == UnshardStrategy::broadcast ? "broadcast" : "allgather_even";
+}
+
+const char* to_string(ReduceMode mode) {
+  return mode == ReduceMode::deterministic ? "deterministic" : "fast";
+}
+
+Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device, UnshardStrategy strategy)
+    : plan_(plan), layout_(plan.units().at(unit_index)), index_(unit_index), comm_(comm), device_(device),
+      rank_(comm.rank()), strategy_(strategy) {
+  TORCH_CHECK(comm.world_size() == plan.world_size(), "unit '", layout_.name, "': plan is for world size ",
+              plan.world_size(), " but the process group has ", comm.world_size(), " ranks");
+  const auto opts = at::TensorOptions().dtype(layout_.dtype).device(device_);
+  segment_ = at::zeros({layout_.segments[rank_].numel}, opts);
+  segment_grad_ = at::zeros({layout_.segments[rank_].numel}, opts);
+  // Gathered layout: other ranks' segments in rank order, then each even parameter in full.
+  const int64_t align = align_elements(layout_.dtype);
+  int64_t cursor = 0;
+  for (int r = 0; r < plan.world_size(); ++r) {
+    other_segment_offset_.push_back(r == rank_ ? -1 : cursor);
+    if (r != rank_) cursor += layout_.segments[r].numel;  // segment sizes are aligned
+  }
+  for (int s : layout_.shards) {
+    const MatrixShard& shard = plan.shards()[s];
+    if (shard.owned()) {
+      even_full_offset_.push_back(-1);
+    } else {
+      cursor = (cursor + align - 1) / align * align;
+      even_full_offset_.push_back(cursor);
+      cursor += shard.numel();
+    }
+  }
+  gathered_numel_ = (cursor + align - 1) / align * align;
+  // The even prefix: the plan puts every even slice first in each segment, same sizes everywhere.
+  for (int r = 0; r < plan.world_size(); ++r) {
+    int64_t prefix = 0;
+    for (int s : layout_.shards) {
+      const MatrixShard& shard = plan.shards()[s];
+      if (shard.owned()) continue;
+      const ShardSlice& sl = shard.slices[r];
+      prefix = std::max(prefix, sl.offset + sl.padded_rows * shard.row_numel() - layout_.segments[r].offset);
+    }
+    prefix = std::min((prefix + align - 1) / align * align, layout_.segments[r].numel);
+    TORCH_INTERNAL_ASSERT(r == 0 || prefix == even_prefix_, "unit '", layout_.name, "': even prefixes differ across ranks");
+    even_prefix_ = prefix;
+  }
+  // The gathered StorageImpl exists for the unit's lifetime; only its memory comes and goes.
+  at::Tensor holder = at::empty({0}, opts);
+  gathered_ = holder.storage();
+}
+
+const std::string& Unit::name() const { return layout_.name; }
+const std::vector<int>& Unit::shards() const { return layout_.shards; }
+int64_t Unit::elem_size() const { return static_cast<int64_t>(c10::elementSize(layout_.dtype)); }
+int64_t Unit::gathered_bytes() const { return static_cast<int64_t>(gathered_.nbytes()); }
+
+void Unit::transition(UnitState to) {
+  const UnitState from = state_;
+  bool legal = false;
+  switch (from) {
+    case UnitState::sharded: legal = to == UnitState::unsharded; break;
+    case UnitState::unsharded:
+      legal = to == UnitState::pinned || to == UnitState::sharded || to == UnitState::reducing;
+      break;
+    case UnitState::pinned: legal = to == UnitState::revived || to == UnitState::sharded; break;
+    case UnitState::revived: legal = to == UnitState::reducing; break;
+    case UnitState::reducing: legal = to == UnitState::sharded; break;
+  }
+  TORCH_CHECK(legal, "unit '", layout_.name, "' on rank ", rank_, ": illegal lifecycle move ", to_string(from), " -> ",
+              to_string(to));
+  state_ = to;
+}
+
+void Unit::allocate_gathered() {
+  c10::StorageImpl* impl = gathered_.unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(gathered_numel_ * elem_size());
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+void Unit::free_gathered() {
+  c10::StorageImpl* impl = gathered_.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, device_));
+  impl->set_nbytes(0);
+}
+
+namespace {
+// A fresh contiguous tensor over `storage` (its own version counter: refilling the storage never
+// looks like an in-place change of a tensor autograd saved).
+at::Tensor alias(const c10::Storage& storage, int64_t offset, at::IntArrayRef sizes, const at::TensorOptions& opts) {
+  at::Tensor t = at::empty({0}, opts);
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (int64_t d = static_cast<int64_t>(sizes.size()) - 2; d >= 0; --d) strides[d] = strides[d + 1] * sizes[d + 1];
+  t.set_(storage, offset, sizes, strides);
+  return t;
+}
+}  // namespace
+
+at::Tensor Unit::gathered_view(int64_t offset, at::IntArrayRef sizes) const {
+  return alias(gathered_, offset, sizes, segment_.options());
+}
+
+at::Tensor Unit::segment_of(int rank) const {
+  if (rank == rank_) return segment_;
+  return gathered_view(other_segment_offset_[rank], {layout_.segments[rank].numel});
+}
+
+void Unit::begin_fill() {
+  PhaseScope phase(comm_, Phase::unshard);
+  const int W = plan_.world_size();
+  int64_t skip = 0;  // elements at the start of each segment moved by the all-gather
+  if (strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1) {
+    fill_prefixes_ = at::empty({W * even_prefix_}, segment_.options());
+    at::Tensor mine = segment_.narrow(0, 0, even_prefix_);
+    fill_works_.push_back(comm_.allgather(fill_prefixes_, mine));
+    skip = even_prefix_;
+  }
+  for (int r = 0; r < W; ++r) {
+    const int64_t rest = layout_.segments[r].numel - skip;
+    if (rest == 0) continue;  // empty segments (or remainders) never move
+    at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends from its own segment_
+    fill_works_.push_back(comm_.broadcast(target, r));
+  }
+  fill_pending_ = true;
+}
+
+void Unit::end_fill() {
+  {
+    PhaseScope phase(comm_, Phase::unshard);
+    for (auto& w : fill_works_) w->wait();
+  }
+  fill_works_.clear();
+  fill_pending_ = false;
+  const int W = plan_.world_size();
+  if (fill_prefixes_.defined()) {
+    for (int r = 0; r < W; ++r) {
+      if (r != rank_) segment_of(r).narrow(0, 0, even_prefix_).copy_(fill_prefixes_.narrow(0, r * even_prefix_, even_prefix_));
+    }
+    fill_prefixes_ = at::Tensor();
+  }
+  // Copy out even-sharded parameters: each rank's real rows into the full tensor.
+  for (size_t k = 0; k < layout_.shards.size(); ++k) {
+    const MatrixShard& s = plan_.shards()[layout_.shards[k]];
+    if (s.owned()) continue;
+    at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
+    const int64_t row_numel = s.row_numel();
+    for (const ShardSlice& sl : s.slices) {
+      if (sl.rows == 0) continue;
+      const int64_t seg_offset = layout_.segments[sl.rank].offset;
+      at::Tensor src = segment_of(sl.rank).narrow(0, sl.offset - seg_offset, sl.rows * row_numel);
+      full.narrow(0, sl.row_begin * row_numel, sl.rows * row_numel).copy_(src);
+    }
+  }
+}
+
+void Unit::unshard() {
+  unshard_async();
+  wait_fill();
+}
+
+void Unit::unshard_async() {
+  transition(UnitState::unsharded);
+  allocate_gathered();
+  begin_fill();
+}
+
+void Unit::reshard(bool keep_for_backward) {
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": reshard while its unshard is in flight");
+  transition(keep_for_backward ? UnitState::pinned : UnitState::sharded);
+  free_gathered();
+}
+
+void Unit::revive() {
+  revive_async();
+  wait_fill();
+}
+
+void Unit::revive_async() {
+  transition(UnitState::revived);
+  allocate_gathered();
+  begin_fill();
+}
+
+void Unit::wait_fill() {
+  if (fill_in_flight()) end_fill();
+}
+
+void Unit::release() {
+  transition(UnitState::sharded);
+  free_gathered();
+}
+
+std::vector<at::Tensor> Unit::full_views() const {
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": full views read while the fill is in flight");
+  std::vector<at::Tensor> views;
+  for (size_t k = 0; k < layout_.shards.size(); ++k) {
+    const MatrixShard& s = plan_.shards()[layout_.shards[k]];
+    if (!s.owned()) {
+      views.push_back(gathered_view(even_full_offset_[k], s.shape));
+    } else if (s.owner == rank_) {
+      const int64_t local = s.slices[0].offset - layout_.segments[rank_].offset;
+      views.push_back(alias(segment_.storage(), segment_.storage_offset() + local, s.shape, segment_.options()));
+    } else {
+      const int64_t local = s.slices[0].offset - layout_.segments[s.owner].offset;
+      views.push_back(gathered_view(other_segment_offset_[s.owner] + local, s.shape));
+    }
+  }
+  return views;
+}
+
+namespace {
+at::Tensor local_view(const at::Tensor& flat, const MatrixShard& s, int rank, int64_t segment_offset) {
+  for (const ShardSlice& sl : s.slices) {
+    if (sl.rank != rank || sl.rows == 0) continue;
+    std::vector<int64_t> shape = s.shape;
+    shape[0] = sl.rows;
+    return flat.narrow(0, sl.offset - segment_offset, sl.rows * s.row_numel()).view(shape);
+  }
+  return at::Tensor();
+}
+}  // namespace
+
+at::Tensor Unit::local_param(int shard) const {
+  return local_view(segment_, plan_.shards()[shard], rank_, layout_.segments[rank_].offset);
+}
+
+at::Tensor Unit::local_grad(int shard) const {
+  return local_view(segment_grad_, plan_.shards()[shard], rank_, layout_.segments[rank_].offset);
+}
+
+void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode mode) {
+  TORCH_CHECK(full_grads.size() == layout_.shards.size(), "unit '", layout_.name, "': expected ",
+              layout_.shards.size(), " gradients, got ", full_grads.size());
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": gradients reduced while its fill is in flight");
+  transition(UnitState::reducing);
+  free_gathered();
+  reduce_mode_ = mode;
+  const int W = plan_.world_size();
+  // This rank's gradient in the unit's rank-major layout (padding stays zero).
+  grad_flat_ = at::zeros({layout_.numel}, segment_.options());
+  for (size_t k = 0; k < layout_.shards.size(); ++k) {
+    const at::Tensor& g = full_grads[k];
+    if (!g.defined()) continue;  // the parameter took no part: its gradient is zero
+    const MatrixShard& s = plan_.shards()[layout_.shards[k]];
+    at::Tensor flat = g.reshape({-1});
+    const int64_t row_numel = s.row_numel();
+    for (const ShardSlice& sl : s.slices) {
+      if (sl.rows == 0) continue;
+      grad_flat_.narrow(0, sl.offset, sl.rows * row_numel).copy_(flat.narrow(0, sl.row_begin * row_numel, sl.rows * row_numel));
+    }
+  }
+  PhaseScope phase(comm_, Phase::grad_reduce);
+  const int64_t mine = layout_.segments[rank_].numel;
+  if (mode == ReduceMode::deterministic) {
+    // One uneven all-to-all: every rank sends segment r of its gradient to rank r; the owner gets
+    // all W contributions side by side, in rank order.
+    contributions_ = at::empty({W * mine}, segment_.options());
+    if (W == 1) {
+      contributions_.copy_(grad_flat_);
+    } else {
+      std::vector<int64_t> in_splits, out_splits(W, mine);
+      for (int r = 0; r < W; ++r) in_splits.push_back(layout_.segments[r].numel);
+      pending_.push_back(comm_.alltoall(contributions_, grad_flat_, out_splits, in_splits));
+    }
+  } else if (W > 1) {
+    // The tail's equal-size even prefixes in one reduce-scatter (packed rank after rank), then a
+    // native reduce for each rank's owned remainder.
+    if (even_prefix_ > 0) {
+      at::Tensor packed = at::empty({W * even_prefix_}, segment_.options());
+      for (int r = 0; r < W; ++r) {
+        packed.narrow(0, r * even_prefix_, even_prefix_).copy_(grad_flat_.narrow(0, layout_.segments[r].offset, even_prefix_));
+      }
+      prefix_sum_ = at::empty({even_prefix_}, segment_.options());
+      pending_.push_back(comm_.reduce_scatter_sum(prefix_sum_, packed));
+      contributions_ = packed;  // kept alive until the reduce-scatter completes
+    }
+    for (int r = 0; r < W; ++r) {
+      const Segment& seg = layout_.segments[r];
+      if (seg.numel == even_prefix_) continue;
+      at::Tensor region = grad_flat_.narrow(0, seg.offset + even_prefix_, seg.numel - even_prefix_);
+      pending_.push_back(comm_.reduce_sum(region, r));
+    }
+  }
+}
+
+void Unit::finish_reduction() {
+  TORCH_CHECK(state_ == UnitState::reducing, "unit '", layout_.name, "' on rank ", rank_,
+              ": finish_reduction with no reduction in flight (state ", to_string(state_), ")");
+  {
+    PhaseScope phase(comm_, Phase::grad_reduce);
+    for (auto& w : pending_) w->wait();
+  }
+  pending_.clear();
+  const int W = plan_.world_size();
+  const int64_t mine = layout_.segments[rank_].numel;
+  if (mine > 0) {
+    if (reduce_mode_ == ReduceMode::deterministic) {
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < W; ++r) parts.push_back(contributions_.narrow(0, r * mine, mine));
+      segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));
+    } else {
+      at::Tensor sum = grad_flat_.narrow(0, layout_.segments[rank_].offset, mine);
+      if (prefix_sum_.defined()) sum.narrow(0, 0, even_prefix_).copy_(prefix_sum_);
+      segment_grad_.copy_(sum.div(static_cast<double>(W)));
+    }
+  }
+  grad_flat_ = at::Tensor();
+  contributions_ = at::Tensor();
+  prefix_sum_ = at::Tensor();
+  transition(UnitState::sharded);
+}
+
+}  // namespace mfsdp

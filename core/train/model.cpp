@@ -1,0 +1,101 @@
+#include "core/train/model.h"
+
+#include "core/dist/determinism.h"
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/triu.h>
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <cmath>
+
+namespace mfsdp {
+namespace {
+
+const at::Tensor& get(const ParamMap& p, const std::string& name) {
+  auto it = p.find(name);
+  TORCH_CHECK(it != p.end(), "model: parameter '", name, "' was not provided");
+  return it->second;
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) {
+  constexpr double kEps = 1e-6;
+  return x * (x.pow(2).mean({-1}, /*keepdim=*/true) + kEps).rsqrt() * w;
+}
+
+at::Tensor maybe_bias(const ParamMap& p, const std::string& name) {
+  auto it = p.find(name);
+  return it == p.end() ? at::Tensor() : it->second;
+}
+
+}  // namespace
+
+TransformerModel::TransformerModel(TransformerConfig config)
+    : config_(std::move(config)), spec_(transformer_spec(config_)) {}
+
+ParamMap TransformerModel::init(uint64_t seed, at::Device device) const {
+  at::Generator gen = make_shared_generator(seed);
+  ParamMap params;
+  for (const ParamSpec& p : spec_.params) {
+    const auto opts = at::TensorOptions().dtype(p.dtype);
+    at::Tensor t;
+    if (p.shape.size() == 1) {
+      t = p.name.find("norm") != std::string::npos ? at::ones(p.shape, opts) : at::zeros(p.shape, opts);
+    } else {
+      t = at::empty(p.shape, at::TensorOptions().dtype(at::kFloat)).normal_(0.0, 0.02, gen).to(p.dtype);
+    }
+    params.emplace(p.name, device.is_cpu() ? t : t.to(device));
+  }
+  return params;
+}
+
+at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& x, const ParamMap& p) const {
+  const std::string pre = "layers." + std::to_string(layer) + ".";
+  const int64_t B = x.size(0), S = x.size(1), H = config_.hidden;
+  const int64_t nh = config_.heads, nkv = config_.kv_heads, hd = config_.head_dim();
+  at::Tensor h = rms_norm(x, get(p, pre + "attn_norm.weight"));
+  at::Tensor q = at::linear(h, get(p, pre + "attn.q.weight"), maybe_bias(p, pre + "attn.q.bias"));
+  at::Tensor k = at::linear(h, get(p, pre + "attn.k.weight"), maybe_bias(p, pre + "attn.k.bias"));
+  at::Tensor v = at::linear(h, get(p, pre + "attn.v.weight"), maybe_bias(p, pre + "attn.v.bias"));
+  q = q.view({B, S, nh, hd}).transpose(1, 2);
+  k = k.view({B, S, nkv, hd}).transpose(1, 2);
+  v = v.view({B, S, nkv, hd}).transpose(1, 2);
+  if (nkv != nh) {
+    k = k.repeat_interleave(nh / nkv, 1);
+    v = v.repeat_interleave(nh / nkv, 1);
+  }
+  at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  at::Tensor future = at::triu(at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(x.device())), 1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  at::Tensor attn = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, S, H});
+  at::Tensor y = x + at::linear(attn, get(p, pre + "attn.o.weight"));
+  h = rms_norm(y, get(p, pre + "mlp_norm.weight"));
+  at::Tensor mlp = at::linear(at::silu(at::linear(h, get(p, pre + "mlp.gate.weight"))) * at::linear(h, get(p, pre + "mlp.up.weight")),
+                              get(p, pre + "mlp.down.weight"));
+  return y + mlp;
+}
+
+at::Tensor TransformerModel::unit_forward(int u, const at::Tensor& input, const ParamMap& p,
+                                          const at::Tensor& targets) const {
+  TORCH_CHECK(u >= 0 && u < num_units(), "model: unit ", u, " outside [0, ", num_units(), ")");
+  if (u == 0) return at::embedding(get(p, "embed.weight"), input);
+  if (u <= config_.layers) return block(u - 1, input, p);
+  at::Tensor logits = at::linear(rms_norm(input, get(p, "norm.weight")), get(p, "head.weight"));
+  return at::cross_entropy_loss(logits.reshape({-1, config_.vocab}).to(at::kFloat), targets.reshape({-1}));
+}
+
+at::Tensor TransformerModel::loss(const at::Tensor& tokens, const at::Tensor& targets, const ParamMap& params) const {
+  at::Tensor x = tokens;
+  for (int u = 0; u < num_units(); ++u) x = unit_forward(u, x, params, targets);
+  return x;
+}
+
+}  // namespace mfsdp

@@ -1,0 +1,44 @@
+// A small decoder-only transformer written functionally on ATen ops, unit by unit, so the same
+// code runs on full parameters (oracle, reference) and on the runtime's gathered views.
+// Layout and names as presets.h: "embed" | "layers.<i>" (RMSNorm, causal self-attention with
+// separate q/k/v/o, RMSNorm, SwiGLU MLP) | "head" (final RMSNorm, untied output head).
+#pragma once
+
+#include "core/plan/presets.h"
+#include "core/runtime/param_map.h"
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <unordered_map>
+
+namespace mfsdp {
+
+class TransformerModel {
+ public:
+  explicit TransformerModel(TransformerConfig config);
+
+  const TransformerConfig& config() const { return config_; }
+  const ModelSpec& spec() const { return spec_; }
+  int num_units() const { return static_cast<int>(config_.layers) + 2; }
+
+  // Initial full parameters, identical on every rank for the same seed: hidden matrices and
+  // embeddings N(0, 0.02), the head N(0, 0.02), norms 1, biases 0. Drawn on the CPU and then
+  // copied to `device`, so every device starts from the same bits.
+  ParamMap init(uint64_t seed, at::Device device = at::kCPU) const;
+
+  // Unit `u` of the forward pass: embed takes token ids [B, S]; blocks map hidden [B, S, H] to
+  // [B, S, H]; head returns the mean cross-entropy against `targets` [B, S].
+  at::Tensor unit_forward(int u, const at::Tensor& input, const ParamMap& params, const at::Tensor& targets) const;
+
+  // All units in order, on full parameters: the plain reference forward.
+  at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets, const ParamMap& params) const;
+
+ private:
+  at::Tensor block(int64_t layer, const at::Tensor& x, const ParamMap& p) const;
+  TransformerConfig config_;
+  ModelSpec spec_;
+};
+
+}  // namespace mfsdp

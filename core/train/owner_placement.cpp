@@ -1,0 +1,90 @@
+#include "core/train/owner_placement.h"
+
+#include "core/io/checkpoint.h"
+#include "core/plan/planner.h"
+#include "core/runtime/owner_runtime.h"
+
+#include <c10/util/Exception.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace mfsdp {
+namespace {
+
+// The owner runtime behind the common loop.
+class OwnerRunner : public PlacementRunner {
+ public:
+  OwnerRunner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init)
+      : model_(model), plan_(make_plan(model.spec(), comm.world_size(), config.planner)), rt_(plan_, comm, config.runtime, init) {}
+
+  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
+    Result r;
+    auto t0 = std::chrono::steady_clock::now();
+    at::Tensor x = tokens;
+    for (int u = 0; u < rt_.num_units(); ++u) {
+      ParamMap p = rt_.unshard(u);
+      x = model_.unit_forward(u, x, p, targets);
+      x = rt_.after_forward(u, x);
+    }
+    r.forward_s = seconds_since(t0);
+    r.loss = x.item<double>();
+    before_backward();
+    t0 = std::chrono::steady_clock::now();
+    x.backward();
+    r.backward_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const StepReport report = rt_.step();
+    r.optimizer_s = seconds_since(t0);
+    r.skipped = report.skipped;
+    r.non_finite_parameter = report.non_finite_parameter;
+    return r;
+  }
+  ParamMap full_params() override { return rt_.gather_full_params(); }
+  std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
+                              const std::string& sampler) override {
+    CheckpointContext ctx;
+    ctx.step = step;
+    ctx.placement = to_string(config.placement);
+    ctx.model = model_config_json(config.model);
+    ctx.optimizers = optimizers_to_json(config.runtime);
+    ctx.sampler = nlohmann::json::parse(sampler);
+    const auto& kill_at = config.kill_rank_in_checkpoint;
+    if (kill_at && kill_at->first == rt_.comm().rank() && kill_at->second == step)
+      ctx.after_rank_file = [] { kill(getpid(), SIGKILL); };  // a rank lost mid-checkpoint, for the fault tests
+    return mfsdp::save_checkpoint(root, rt_, ctx);
+  }
+  ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
+    const LoadReport r = mfsdp::load_checkpoint(checkpoint, rt_);
+    ResumeInfo info;
+    info.checkpoint = checkpoint;
+    info.step = r.step;
+    info.written_world_size = r.written_world_size;
+    info.same_layout = r.same_layout;
+    info.bytes_read = r.bytes_read;
+    info.bytes_total = r.bytes_total;
+    info.sampler = r.sampler.dump();
+    return info;
+  }
+  int64_t resident_bytes() const override { return rt_.resident_bytes(); }
+  int64_t peak_gathered_bytes() const override { return rt_.peak_gathered_bytes(); }
+  uint64_t plan_hash() const override { return plan_.hash(); }
+
+ private:
+  const TransformerModel& model_;
+  OwnershipPlan plan_;  // the runtime keeps a reference: declared first, outlives it
+  OwnerRuntime rt_;
+};
+
+}  // namespace
+
+std::unique_ptr<PlacementRunner> make_owner_runner(const TransformerModel& model, Communicator& comm,
+                                                   const TrainConfig& config, const ParamMap& init) {
+  TORCH_CHECK(runs_on_owner_runtime(config.placement), "train: placement ", to_string(config.placement),
+              " holds full replicas and does not run on the owner runtime");
+  return std::make_unique<OwnerRunner>(model, comm, config, init);
+}
+
+}  // namespace mfsdp

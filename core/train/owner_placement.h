@@ -1,0 +1,15 @@
+// The owner runtime behind the common loop: placements owner, reconstruct and alltoall (the last
+// two with config.runtime.even_matrix_step set, harness/placements.h). Writes and resumes
+// checkpoints (core/io/checkpoint.h).
+#pragma once
+
+#include "core/train/trainer.h"
+
+#include <memory>
+
+namespace mfsdp {
+
+std::unique_ptr<PlacementRunner> make_owner_runner(const TransformerModel& model, Communicator& comm,
+                                                   const TrainConfig& config, const ParamMap& init);
+
+}  // namespace mfsdp

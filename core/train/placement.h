@@ -1,0 +1,84 @@
+// The placements and the one interface each implements: a placement runner is one rank's training
+// step of that placement, behind the common loop (train_loop in trainer.h). Implementations:
+//   owner, reconstruct, alltoall  core/train/owner_placement.h (reconstruct and alltoall with the
+//                                 even-matrix steps of reference/reconstruct.h, reference/alltoall.h)
+//   zero1                         reference/zero1.h
+//   ddp                           oracle/ddp_oracle.h (+ checkpoint resume in harness/placements.cpp)
+// harness/placements.h builds any of them by name.
+#pragma once
+
+#include "core/dist/communicator.h"
+#include "core/runtime/param_map.h"
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+class TransformerModel;
+struct TrainConfig;
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Where the parameters live (mfsdp train --placement):
+//   owner        the owner-shaped plan (this project)
+//   reconstruct  stock FSDP2 + Muon: every parameter in even row shards; Muon all-gathers each
+//                matrix's update input in the step and orthogonalises it redundantly everywhere
+//   alltoall     DistMuon / Dion: even row shards; the step's all-to-alls hand each rank whole
+//                matrices of its assigned set, Newton–Schulz once, and the updates back
+//   zero1        ZeRO-1 owner: full parameters everywhere, gradients reduced to owners, owners
+//                update and broadcast (reference/zero1.h)
+//   ddp          the DDP full-matrix oracle (oracle/ddp_oracle.h)
+// The first three run on the owner runtime; the last two hold full replicas.
+enum class Placement { owner, reconstruct, alltoall, zero1, ddp };
+const char* to_string(Placement placement);
+Placement placement_from_string(const std::string& name);  // throws naming the known ones
+bool runs_on_owner_runtime(Placement placement);
+
+// What a run resumed from (TrainResult::resumed).
+struct ResumeInfo {
+  std::string checkpoint;  // empty: started at step 0
+  int64_t step = 0;
+  int written_world_size = 0;
+  bool same_layout = false;  // the fast path: every rank read only its own file
+  int64_t bytes_read = 0, bytes_total = 0;  // by this rank; of every rank file
+  std::vector<std::string> warnings;        // sampler settings that differ from the checkpoint's
+  std::string sampler;                      // the sampler state the checkpoint recorded (JSON)
+};
+
+// One placement's training step on one rank, behind the common loop (train_loop).
+class PlacementRunner {
+ public:
+  struct Result {
+    double loss = 0;  // this rank's micro-batch loss
+    double forward_s = 0, backward_s = 0, optimizer_s = 0;
+    bool skipped = false;
+    std::string non_finite_parameter;
+  };
+  virtual ~PlacementRunner() = default;
+  // One step on this rank's batch; `before_backward` runs between forward and backward.
+  virtual Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) = 0;
+  // Every parameter in full, as CPU copies (may communicate, in phase `other`).
+  virtual ParamMap full_params() = 0;
+  virtual int64_t resident_bytes() const = 0;
+  virtual int64_t peak_gathered_bytes() const { return 0; }
+  virtual uint64_t plan_hash() const { return 0; }
+  // Checkpoints: writes one after `step` steps under `root` (collective; returns its directory),
+  // or loads one and returns what it found. `sampler` is this rank's sampler state as JSON text.
+  // Placements that cannot say so.
+  virtual std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
+                                      const std::string& sampler);
+  virtual ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config);
+};
+using PlacementRunnerFactory =
+    std::function<std::unique_ptr<PlacementRunner>(const TransformerModel& model, Communicator& comm, const ParamMap& init)>;
+
+}  // namespace mfsdp

@@ -1,0 +1,122 @@
+#include "core/train/trainer.h"
+
+#include "core/dist/rank_agreement.h"
+#include "core/io/checkpoint.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+
+namespace mfsdp {
+
+void check_groups(const TrainConfig& config) {
+  std::vector<std::string> names;
+  for (const ParamSpec& p : transformer_spec(config.model).params) names.push_back(p.name);
+  check_groups(config.runtime, names);
+}
+
+nlohmann::json model_config_json(const TransformerConfig& m) {
+  return {{"name", m.name}, {"vocab", m.vocab}, {"hidden", m.hidden}, {"intermediate", m.intermediate},
+          {"layers", m.layers}, {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"qkv_bias", m.qkv_bias},
+          {"dtype", c10::toString(m.dtype)}};
+}
+
+namespace {
+
+// This rank's data sampler: batches are a pure function of (seed, step, rank), so its state is
+// the next step and what the batches are drawn from.
+nlohmann::json sampler_json(const TrainConfig& config, const ByteCorpus& corpus, int rank, int world_size, int64_t next_step) {
+  return {{"seed", config.seed}, {"next_step", next_step}, {"rank", rank}, {"world_size", world_size},
+          {"batch", config.batch}, {"seq", config.seq}, {"corpus", corpus.path()}, {"corpus_bytes", corpus.size()},
+          {"corpus_crc32", corpus.crc32()}};
+}
+
+// Differences between the sampler a checkpoint recorded and this run's (allowed, but said).
+std::vector<std::string> sampler_differences(const std::string& recorded_text, const nlohmann::json& now) {
+  std::vector<std::string> out;
+  nlohmann::json recorded;
+  try {
+    recorded = nlohmann::json::parse(recorded_text);
+  } catch (const std::exception&) {
+    return {"the checkpoint's sampler state is unreadable"};
+  }
+  for (const char* key : {"seed", "batch", "seq", "corpus_bytes", "corpus_crc32"}) {
+    if (!recorded.contains(key)) out.push_back(std::string("the checkpoint does not record the sampler's ") + key);
+    else if (recorded[key] != now[key])
+      out.push_back(std::string("sampler ") + key + " was " + recorded[key].dump() + ", is " + now[key].dump() +
+                    " (the data stream differs from an uninterrupted run)");
+  }
+  return out;
+}
+
+}  // namespace
+
+TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const PlacementRunnerFactory& make,
+                       const std::function<void(const StepMetrics&)>& on_step) {
+  TORCH_CHECK(config.steps >= 0, "train: steps must be >= 0");
+  TORCH_CHECK(config.model.vocab >= 256, "train: the byte-level corpus needs a vocabulary of at least 256");
+  TORCH_CHECK(config.checkpoint_every >= 0, "train: checkpoint_every must be >= 0");
+  TORCH_CHECK(config.checkpoint_dir.empty() || runs_on_owner_runtime(config.placement), "train: placement ",
+              to_string(config.placement), " does not write checkpoints (owner, reconstruct and alltoall do)");
+  TransformerModel model(config.model);
+  check_groups(config);  // before any collective
+  const ByteCorpus corpus = ByteCorpus::load(config.data);
+  const at::Device device = config.runtime.device;
+  Communicator comm(ctx.backend);
+  std::unique_ptr<PlacementRunner> stepper = make(model, comm, model.init(config.seed, device));
+  TrainResult result;
+  result.plan_hash = stepper->plan_hash();
+  int start = 0;
+  if (!config.resume_from.empty()) {
+    result.resumed = stepper->load_checkpoint(resolve_checkpoint(config.resume_from), config);
+    result.resumed.warnings =
+        sampler_differences(result.resumed.sampler, sampler_json(config, corpus, ctx.rank, ctx.world_size, result.resumed.step));
+    TORCH_CHECK(result.resumed.step <= INT32_MAX, "train: checkpoint step ", result.resumed.step, " is out of range");
+    start = static_cast<int>(result.resumed.step);
+    if (config.on_resume) config.on_resume(result.resumed);
+  }
+  for (int step = start; step < config.steps; ++step) {
+    StepMetrics m;
+    m.step = step + 1;
+    comm.reset_counters();
+    auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, config.batch, config.seq);
+    if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
+    auto before_backward = [&] {
+      if (config.kill_rank_at_step && config.kill_rank_at_step->first == ctx.rank &&
+          config.kill_rank_at_step->second == m.step) {
+        kill(getpid(), SIGKILL);  // a rank lost mid-step, for the fault tests
+      }
+    };
+    const PlacementRunner::Result r = stepper->step(tokens, targets, before_backward);
+    m.local_loss = r.loss;
+    m.forward_s = r.forward_s;
+    m.backward_s = r.backward_s;
+    m.optimizer_s = r.optimizer_s;
+    m.skipped = r.skipped;
+    m.non_finite_parameter = r.non_finite_parameter;
+    if (!config.checkpoint_dir.empty() && config.checkpoint_every > 0 &&
+        (m.step % config.checkpoint_every == 0 || m.step == config.steps)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      result.checkpoints.push_back(stepper->save_checkpoint(
+          config.checkpoint_dir, m.step, config, sampler_json(config, corpus, ctx.rank, ctx.world_size, m.step).dump()));
+      m.checkpoint_s = seconds_since(t0);
+      m.checkpoint = result.checkpoints.back();
+    }
+    for (int p = 0; p < kNumPhases; ++p) m.bytes[p] = comm.counters(static_cast<Phase>(p));
+    m.loss = mean_over_ranks(comm, {m.local_loss})[0];  // after the snapshot: not part of the step's traffic
+    m.resident_bytes = stepper->resident_bytes();
+    m.peak_gathered_bytes = stepper->peak_gathered_bytes();
+    if (config.record_params) result.params_per_step.push_back(stepper->full_params());
+    if (on_step) on_step(m);
+    result.steps.push_back(m);
+  }
+  result.final_params = stepper->full_params();
+  return result;
+}
+
+}  // namespace mfsdp

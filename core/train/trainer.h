@@ -1,0 +1,89 @@
+// One training run on one rank: the configuration, the per-step metrics, and the loop every
+// placement runs behind (train_loop).
+#pragma once
+
+#include "core/train/data.h"
+#include "core/train/placement.h"
+#include "core/train/model.h"
+#include "core/plan/planner.h"
+#include "core/dist/ranks.h"
+#include "core/runtime/owner_runtime.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+struct TrainConfig {
+  TransformerConfig model = preset_config("tiny");
+  Placement placement = Placement::owner;  // set with apply_placement (harness/placements.h)
+  PlannerOptions planner;
+  RuntimeOptions runtime{training_defaults()};
+  int steps = 20;
+  int64_t batch = 4;  // per rank
+  int64_t seq = 32;
+  uint64_t seed = 0;
+  std::string data;  // corpus path; empty = the default corpus
+  // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
+  // phase `other`, after the step's counters were read): for differential tests and verify.
+  bool record_params = false;
+  // Fault injection for tests: this rank SIGKILLs itself in the backward pass of this step, or
+  // in the checkpoint of this step after writing its rank file (before the commit).
+  std::optional<std::pair<int, int>> kill_rank_at_step;
+  std::optional<std::pair<int, int>> kill_rank_in_checkpoint;
+
+  // Checkpoints (docs/checkpoints.md): every `checkpoint_every` steps and after the last step,
+  // into checkpoint_dir/step_N (latest names the newest). Owner-runtime placements write them.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  // Start from this checkpoint (a step directory, or a checkpoint directory's latest) instead of
+  // step 0, on any world size, planner or tail policy; `steps` stays the total step count.
+  std::string resume_from;
+  std::function<void(const ResumeInfo&)> on_resume;  // told what was loaded, before the first step
+};
+
+
+struct StepMetrics {
+  int step = 0;
+  double loss = 0;        // mean over ranks of each rank's micro-batch loss
+  double local_loss = 0;  // this rank's
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  std::array<PhaseCounters, kNumPhases> bytes{};  // this rank, this step
+  int64_t resident_bytes = 0;
+  int64_t peak_gathered_bytes = 0;
+  bool skipped = false;
+  std::string non_finite_parameter;
+  std::string checkpoint;  // committed after this step, if any
+  double checkpoint_s = 0;
+};
+
+struct TrainResult {
+  ResumeInfo resumed;
+  std::vector<std::string> checkpoints;  // committed by this run, in order
+  std::vector<StepMetrics> steps;
+  ParamMap final_params;  // full, gathered at the end (every rank)
+  std::vector<ParamMap> params_per_step;  // with TrainConfig::record_params
+  uint64_t plan_hash = 0;
+};
+
+
+// The model's configuration as JSON (checkpoints record it).
+nlohmann::json model_config_json(const TransformerConfig& model);
+
+// Throws naming the first parameter group of config.runtime that matches no parameter of
+// config.model (a usage error, found before any collective).
+void check_groups(const TrainConfig& config);
+
+// The common loop: config.steps steps of the placement runner `make` builds, each on this rank's batch of
+// the corpus (on config.runtime.device), with per-step metrics (bytes per phase from the
+// communicator, mean loss over ranks) passed to `on_step` as soon as they exist.
+TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const PlacementRunnerFactory& make,
+                       const std::function<void(const StepMetrics&)>& on_step = {});
+
+}  // namespace mfsdp

@@ -1,0 +1,95 @@
+#include "harness/placements.h"
+
+#include "core/io/checkpoint.h"
+#include "core/train/owner_placement.h"
+#include "oracle/ddp_oracle.h"
+#include "reference/alltoall.h"
+#include "reference/reconstruct.h"
+#include "reference/zero1.h"
+
+#include <c10/util/Exception.h>
+
+namespace mfsdp {
+namespace {
+
+// The oracle behind the loop, resumable: every rank reads the whole consolidated state (parameters
+// and optimizer state) of a checkpoint written by any owner-runtime placement at any world size.
+class DdpRunner final : public DdpOracle {
+ public:
+  DdpRunner(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init)
+      : DdpOracle(model, comm, options, init), rank_(comm.rank()) {}
+
+  ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
+    FullState full = read_full_state(checkpoint);
+    for (const std::string& name : names()) {
+      auto it = full.params.find(name);
+      TORCH_CHECK(it != full.params.end(), "checkpoint: '", checkpoint, "' was written for a different model: it has no parameter '",
+                  name, "'");
+      at::Tensor p = params().at(name).detach();
+      TORCH_CHECK(it->second.sizes() == p.sizes() && it->second.scalar_type() == p.scalar_type(), "checkpoint: '", checkpoint,
+                  "' was written for a different model: parameter '", name, "' is ", it->second.sizes(), " ",
+                  it->second.scalar_type(), " there but ", p.sizes(), " ", p.scalar_type(), " here");
+      p.copy_(it->second);
+      TensorOptimizer& opt = optimizer(name);
+      auto st = full.optimizers.find(name);
+      if (st == full.optimizers.end()) {
+        TORCH_CHECK(full.step == 0, "checkpoint: '", checkpoint, "' was written after step ", full.step,
+                    " but holds no optimizer state for '", name, "'");
+        continue;
+      }
+      TORCH_CHECK(st->second.kind == opt.kind(), "checkpoint: '", checkpoint, "' stepped '", name, "' with ",
+                  to_string(st->second.kind), "; this run steps it with ", to_string(opt.kind()), " (pass the same --optimizer)");
+      for (auto& [_, t] : st->second.state) t = t.to(p.device());
+      opt.load_state(st->second.state, st->second.scalars, p.sizes().vec());
+    }
+    TORCH_CHECK(full.params.size() == names().size(), "checkpoint: '", checkpoint,
+                "' was written for a different model: it has parameters this model lacks");
+    ResumeInfo info;
+    info.checkpoint = checkpoint;
+    info.step = full.step;
+    info.written_world_size = full.layout.world_size();
+    info.bytes_read = info.bytes_total = 0;
+    for (const FileManifest& m : full.layout.manifest) info.bytes_read += m.bytes, info.bytes_total += m.bytes;
+    const int rank = rank_;
+    info.sampler = full.layout.ranks[rank < full.layout.world_size() ? rank : 0].sampler.dump();
+    return info;
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+void apply_placement(Placement placement, TrainConfig& config) {
+  config.placement = placement;
+  if (placement == Placement::reconstruct || placement == Placement::alltoall) {
+    config.planner.rules = {{"*", Role::even_shard}};
+    config.runtime.even_matrix_step = placement == Placement::reconstruct ? make_reconstruct_step : make_alltoall_step;
+  }
+}
+
+
+std::unique_ptr<PlacementRunner> make_runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config,
+                                             const ParamMap& init) {
+  switch (config.placement) {
+    case Placement::owner:
+    case Placement::reconstruct:
+    case Placement::alltoall: return make_owner_runner(model, comm, config, init);
+    case Placement::zero1: return make_zero1_runner(model, comm, config, init);
+    case Placement::ddp: return std::make_unique<DdpRunner>(model, comm, config.runtime, init);
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown Placement");
+}
+
+TrainResult train_placement(RankContext& ctx, const TrainConfig& config,
+                            const std::function<void(const StepMetrics&)>& on_step) {
+  return train_loop(
+      ctx, config,
+      [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
+        return make_runner(model, comm, config, init);
+      },
+      on_step);
+}
+
+}  // namespace mfsdp

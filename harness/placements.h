@@ -1,0 +1,25 @@
+// Every placement by name (core/train/placement.h): the owner runtime's (owner, reconstruct,
+// alltoall), the ZeRO-1 owner baseline and the DDP oracle, all behind the one loop and the same
+// counting communicator, so bytes and calls per phase compare directly.
+#pragma once
+
+#include "core/train/trainer.h"
+
+#include <functional>
+#include <memory>
+
+namespace mfsdp {
+
+// Sets config.placement and what it implies: reconstruct and alltoall keep every parameter in
+// even shards and step hidden matrices with their even-matrix step (reference/).
+void apply_placement(Placement placement, TrainConfig& config);
+
+// The runner of config.placement on this rank.
+std::unique_ptr<PlacementRunner> make_runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config,
+                                             const ParamMap& init);
+
+// Runs config.placement for config.steps steps on this rank; `on_step` as in train_loop.
+TrainResult train_placement(RankContext& ctx, const TrainConfig& config,
+                            const std::function<void(const StepMetrics&)>& on_step = {});
+
+}  // namespace mfsdp

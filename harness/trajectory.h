@@ -1,0 +1,40 @@
+// The comparison harness: runs recorded as trajectories (every loss, every parameter after every
+// step) and a bit-for-bit comparison of two of them, control against experiment.
+#pragma once
+
+#include "core/train/trainer.h"
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+// What one rank saw over a run: its local loss per step and the full parameters after each step.
+struct Trajectory {
+  std::vector<double> local_losses;
+  std::vector<ParamMap> params;
+  std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
+};
+
+// The losses and recorded parameters of a run made with config.record_params.
+Trajectory to_trajectory(TrainResult result);
+
+// config.placement run for config.steps steps with its parameters recorded after every step.
+Trajectory run_recorded(RankContext& ctx, const TrainConfig& config);
+// The same run of the DDP oracle (placement ddp): the control of every comparison.
+Trajectory run_oracle(RankContext& ctx, const TrainConfig& config);
+
+struct Comparison {
+  bool bitwise_equal = true;
+  double max_abs_diff = 0;
+  uint64_t max_ulp = 0;
+  int first_bad_step = -1;  // 1-based
+  std::string first_bad;    // "loss" or a parameter name
+  std::string detail;
+};
+
+// Compares every loss and every parameter after every step, bit for bit.
+Comparison compare(const Trajectory& control, const Trajectory& experiment);
+
+}  // namespace mfsdp

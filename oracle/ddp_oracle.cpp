@@ -1,0 +1,67 @@
+#include "oracle/ddp_oracle.h"
+
+#include "core/runtime/reduction.h"
+#include "core/train/replica.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace mfsdp {
+
+DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options,
+                     const ParamMap& init)
+    : model_(model), comm_(comm) {
+  for (const ParamSpec& p : model.spec().params) {
+    order_.push_back(p.name);
+    params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
+    optimizers_.emplace(p.name, make_optimizer(options, p.name, p.kind == ParamKind::hidden_matrix, p.shape));
+  }
+}
+
+PlacementRunner::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets,
+                                const std::function<void()>& before_backward) {
+  Result r;
+  auto t0 = replica_forward_backward(model_, params_, tokens, targets, before_backward, r);
+  const int W = comm_.world_size();
+  {
+    PhaseScope phase(comm_, Phase::grad_reduce);
+    for (const std::string& name : order_) {
+      at::Tensor& p = params_.at(name);
+      at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::zeros_like(p);
+      at::Tensor all = at::empty({W * g.numel()}, g.options());
+      at::Tensor flat = g.reshape({-1});
+      comm_.allgather(all, flat)->wait();
+      std::vector<at::Tensor> parts;
+      for (int rank = 0; rank < W; ++rank) parts.push_back(all.narrow(0, rank * g.numel(), g.numel()).view(g.sizes()));
+      grads_[name] = mean_in_rank_order(parts, g.scalar_type());
+    }
+  }
+  r.backward_s = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  {
+    PhaseScope phase(comm_, Phase::optimizer_step);
+    at::NoGradGuard no_grad;
+    for (const std::string& name : order_) {
+      at::Tensor data = params_.at(name).detach();  // shares storage: updates the parameter in place
+      optimizers_.at(name)->step(data, grads_.at(name));
+    }
+  }
+  r.optimizer_s = seconds_since(t0);
+  return r;
+}
+
+ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
+
+int64_t DdpOracle::resident_bytes() const {
+  int64_t n = 0;
+  for (const auto& [name, p] : params_) n += 2 * static_cast<int64_t>(p.nbytes());  // parameter and gradient
+  for (const auto& [name, o] : optimizers_) n += o->state_bytes();
+  return n;
+}
+
+}  // namespace mfsdp

@@ -1,0 +1,45 @@
+// The DDP full-matrix oracle: the ground truth the owner-shaped runtime must bit-match
+// (docs/architecture.md, determinism). Every rank holds the whole model, runs forward and backward on its own
+// micro-batch (the same one the runtime's rank gets), averages gradients with the runtime's own
+// rank-order routine (core/runtime/reduction.h) after an all-gather, and runs the full-matrix
+// optimizer (Muon, Shampoo, SOAP or AdamW on hidden matrices, AdamW elsewhere) on every rank. It
+// depends on the model, the optimizers, the reduction and the communicator only; resuming it from
+// a checkpoint lives in harness/placements.cpp.
+#pragma once
+
+#include "core/dist/communicator.h"
+#include "core/optim/optimizer_routing.h"
+#include "core/train/model.h"
+#include "core/train/placement.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+class DdpOracle : public PlacementRunner {
+ public:
+  DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init);
+
+  // One step on this rank's batch. Gradients are averaged over ranks (phase grad_reduce, timed
+  // as backward), then every rank updates every parameter.
+  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override;
+  ParamMap full_params() override;
+  int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
+
+  const ParamMap& params() const { return params_; }
+  const std::vector<std::string>& names() const { return order_; }  // model order: the collective order
+  TensorOptimizer& optimizer(const std::string& name) { return *optimizers_.at(name); }
+  const TensorOptimizer& optimizer(const std::string& name) const { return *optimizers_.at(name); }
+  const ParamMap& reduced_grads() const { return grads_; }
+
+ private:
+  const TransformerModel& model_;
+  Communicator& comm_;
+  ParamMap params_, grads_;
+  std::vector<std::string> order_;  // parameter names in model order: the collective order
+  std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;
+};
+
+}  // namespace mfsdp
