@@ -13,6 +13,19 @@
 #include <numeric>
 
 namespace mfsdp {
+
+// The one door from the autograd functions below into the runtime's private steps.
+struct OwnerRuntimeAutogradHooks {
+  static void reduce(OwnerRuntime& rt, int unit, const std::vector<at::Tensor>& grads) {
+    rt.queue_final_callback();
+    rt.reduce_unit(unit, grads);
+  }
+  static void revive(OwnerRuntime& rt, int unit) {
+    rt.queue_final_callback();
+    rt.revive_unit(unit);
+  }
+};
+
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -31,9 +44,7 @@ struct UnitGather : public torch::autograd::Function<UnitGather> {
     return reinterpret_cast<OwnerRuntime*>(runtime)->unit(static_cast<int>(unit)).full_views();
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    OwnerRuntime* rt = runtime_of(ctx);
-    rt->queue_final_callback();
-    rt->reduce_unit(static_cast<int>(ctx->saved_data["unit"].toInt()), grads);
+    OwnerRuntimeAutogradHooks::reduce(*runtime_of(ctx), static_cast<int>(ctx->saved_data["unit"].toInt()), grads);
     return {at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -46,9 +57,7 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    OwnerRuntime* rt = runtime_of(ctx);
-    rt->queue_final_callback();
-    rt->revive_unit(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    OwnerRuntimeAutogradHooks::revive(*runtime_of(ctx), static_cast<int>(ctx->saved_data["unit"].toInt()));
     return {grads[0], at::Tensor(), at::Tensor()};
   }
 };

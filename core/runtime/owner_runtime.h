@@ -57,6 +57,11 @@ struct StepReport {
   std::string non_finite_parameter;  // set when a non-finite gradient was found
 };
 
+// The runtime's collectives (unshard, revive, reduce_to_owner, the non-finite flag, the
+// even-matrix baselines' step) go through `comm` in the same order on every rank: every rank
+// runs the same units in the same forward and backward order and issues the same calls for the
+// same plan (whose hash the constructor compares). A rank that skips or reorders one leaves the
+// others waiting; the communicator's timeout then names the collective.
 class OwnerRuntime {
  public:
   // Every rank passes the same plan and the same full initial parameters; each keeps only what
@@ -90,7 +95,7 @@ class OwnerRuntime {
 
   // For checkpoints: the optimizer stepping plan shard `shard` here (null where this rank stores
   // none of it, or where the even-matrix step owns it), whether the even-matrix step steps it,
-  // and that step (null when the plan has no even-sharded hidden matrix under Muon).
+  // and that step (throws when the runtime was given none).
   TensorOptimizer* optimizer(int shard) { return optimizers_.at(shard).get(); }
   bool steps_even_matrix(int shard) const { return even_matrix_.at(shard); }
   EvenMatrixStep& even_matrix_step();
@@ -100,12 +105,12 @@ class OwnerRuntime {
   int64_t gathered_bytes() const;    // transient bytes resident now
   int64_t peak_gathered_bytes() const { return peak_gathered_; }
 
-  // Internal, for the autograd functions.
+
+ private:
+  friend struct OwnerRuntimeAutogradHooks;  // the autograd functions of owner_runtime.cpp
   void reduce_unit(int u, const std::vector<at::Tensor>& full_grads);
   void revive_unit(int u);
   void queue_final_callback();
-
- private:
   void track_peak();
 
   const OwnershipPlan& plan_;

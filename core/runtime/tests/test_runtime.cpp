@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <limits>
+#include <map>
 #include <mutex>
 
 namespace mfsdp {
@@ -331,6 +333,56 @@ TEST(RuntimeErrors, NonFiniteGradientsFailNamingTheParameterOrSkip) {
     EXPECT_EQ(policy, NonFinitePolicy::skip);
     ASSERT_EQ(outcomes.size(), 2u);
     for (const auto& o : outcomes) EXPECT_EQ(o.rfind("skipped:", 0), 0u) << o;
+  }
+}
+
+// What must not happen: a non-finite gradient that only one rank's contribution carries lands on
+// one owner; an owner deciding alone would skip (or fail) a step that the other ranks take, and
+// the ranks would silently diverge. Every rank must make the owner's decision, at every W.
+TEST(RuntimeErrors, NonFiniteFromOneRankIsDecidedTogetherByEveryRank) {
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(1);
+  const ByteCorpus corpus = ByteCorpus::load();
+  const std::string poisoned = "layers.1.mlp.down.weight";
+  for (int W : {2, 3, 5}) {
+    const OwnershipPlan plan = make_plan(model.spec(), W, PlannerOptions{});
+    const int owner = plan.shard(poisoned).owner;
+    const int bad_rank = (owner + 1) % W;  // not the owner: the decision has to travel
+    for (NonFinitePolicy policy : {NonFinitePolicy::fail, NonFinitePolicy::skip}) {
+      std::mutex m;
+      std::map<int, std::string> outcome;
+      run_ranks_as_threads(world(W), [&](RankContext& ctx) {
+        Communicator comm(ctx.backend);
+        RuntimeOptions o;
+        o.non_finite = policy;
+        OwnerRuntime rt(plan, comm, o, init);
+        auto [tokens, targets] = corpus.batch(0, 0, ctx.rank, 2, 8);
+        at::Tensor x = tokens;
+        for (int u = 0; u < rt.num_units(); ++u) {
+          ParamMap p = rt.unshard(u);
+          if (ctx.rank == bad_rank && p.count(poisoned))  // this rank's contribution only
+            p.at(poisoned).register_hook([](const at::Tensor& g) { return g * std::numeric_limits<float>::infinity(); });
+          x = model.unit_forward(u, x, p, targets);
+          x = rt.after_forward(u, x);
+        }
+        x.backward();
+        std::string r;
+        try {
+          const StepReport report = rt.step();
+          r = report.skipped ? "skipped " + report.non_finite_parameter : "stepped";
+        } catch (const c10::Error& e) {
+          const std::string what = e.what_without_backtrace();
+          r = what.find("non-finite gradient in parameter '" + poisoned + "'") != std::string::npos ? "failed" : what;
+        }
+        std::lock_guard<std::mutex> lock(m);
+        outcome[ctx.rank] = r;
+      });
+      ASSERT_EQ(static_cast<int>(outcome.size()), W);
+      const std::string want = policy == NonFinitePolicy::fail ? "failed" : "skipped " + poisoned;
+      for (const auto& [rank, r] : outcome)
+        EXPECT_EQ(r, want) << "W=" << W << " rank " << rank << " (owner " << owner << ", non-finite contribution from rank "
+                           << bad_rank << ")";
+    }
   }
 }
 
