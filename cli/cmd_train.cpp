@@ -177,10 +177,12 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   };
   config.on_resume = [&](const ResumeInfo& r) {
     if (ctx.rank != 0) return;
-    std::printf("resume: %s, step %lld, written by %d rank(s); %s; rank 0 read %lld of %lld checkpoint bytes\n",
+    std::printf("resume: %s, step %lld, written by %d rank(s); %s; every file verified (rank 0's share %lld bytes); "
+                "rank 0 read %lld of %lld checkpoint bytes\n",
                 r.checkpoint.c_str(), static_cast<long long>(r.step), r.written_world_size,
                 r.same_layout ? "same layout (each rank read its own file)" : "resharded onto this plan",
-                static_cast<long long>(r.bytes_read), static_cast<long long>(r.bytes_total));
+                static_cast<long long>(r.bytes_verified), static_cast<long long>(r.bytes_read),
+                static_cast<long long>(r.bytes_total));
     for (const std::string& w : r.warnings) std::printf("resume: warning: %s\n", w.c_str());
     std::fflush(stdout);
   };

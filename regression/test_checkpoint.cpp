@@ -200,6 +200,7 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
     std::mutex mutex;
     std::vector<std::string> failures;
     std::atomic<int64_t> read_most{0};
+    int64_t verified = 0;  // over the ranks: every file once
     int64_t total = 0;
     RanksOptions r;
     r.world_size = t.world_size;
@@ -220,11 +221,14 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
         failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " + std::to_string(cmp.first_bad_step) +
                            " in " + cmp.first_bad + " (" + cmp.detail + ")");
       read_most = std::max<int64_t>(read_most, info.bytes_read);
+      verified += info.bytes_verified;
       total = info.bytes_total;
     });
     for (const std::string& f : failures) ADD_FAILURE() << to_string(optimizer) << ", " << t.name << ": " << f;
     // No rank of a resharded load reads the whole checkpoint (W = 8: about an eighth of it).
     EXPECT_LT(read_most, total) << t.name;
+    // ... yet every byte of it was verified, once in all.
+    EXPECT_EQ(verified, total) << t.name;
     if (failures.empty())
       std::printf("%s, %s: 10 steps after a W=4 checkpoint bit-identical to the oracle; most read by a rank %lld of %lld bytes\n",
                   to_string(optimizer), t.name.c_str(), static_cast<long long>(read_most.load()), static_cast<long long>(total));
@@ -302,11 +306,23 @@ TEST_F(BadInput, MissingRankFile) {
 
 TEST_F(BadInput, UnknownFormatVersion) {
   std::string text = slurp(file("layout.json"));
-  const std::string from = "\"format_version\": 1";
+  const std::string from = "\"format_version\": 2";
   ASSERT_NE(text.find(from), std::string::npos);
   text.replace(text.find(from), from.size(), "\"format_version\": 99");
+  spit(file("layout.json"), seal_layout(text));
+  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads versions 1 to 2\\)");
+}
+
+// Any byte of layout.json changed (here one digit of a learning rate, which parses as well as the
+// original): the seal refuses it before any field is believed.
+TEST_F(BadInput, EditedLayoutWithoutItsSeal) {
+  std::string text = slurp(file("layout.json"));
+  const size_t at = text.find("\"lr\": ");
+  ASSERT_NE(at, std::string::npos);
+  char& digit = text[text.find_first_of("123456789", at)];
+  digit = digit == '9' ? '8' : static_cast<char>(digit + 1);
   spit(file("layout.json"), text);
-  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads version 1\\)");
+  expect_error("layout\\.json' is corrupted: its layout_crc32 says [0-9a-f]{8} but its bytes give [0-9a-f]{8}");
 }
 
 TEST_F(BadInput, EditedPlan) {
@@ -314,7 +330,7 @@ TEST_F(BadInput, EditedPlan) {
   const std::string from = "\"tail_policy\": \"even\"";
   ASSERT_NE(text.find(from), std::string::npos);
   text.replace(text.find(from), from.size(), "\"tail_policy\": \"owner\"");
-  spit(file("layout.json"), text);
+  spit(file("layout.json"), seal_layout(text));  // resealed: the plan's own hash must catch it
   expect_error("layout\\.json': (plan\\.hash: is [0-9a-f]+ but the plan it describes hashes to|plan)");
 }
 
@@ -322,7 +338,7 @@ TEST_F(BadInput, FileNameThatLeavesTheDirectory) {
   std::string text = slurp(file("layout.json"));
   for (size_t at = text.find("rank_00001.safetensors"); at != std::string::npos; at = text.find("rank_00001.safetensors"))
     text.replace(at, 22, "../etc/passwd");
-  spit(file("layout.json"), text);
+  spit(file("layout.json"), seal_layout(text));
   expect_error("'\\.\\./etc/passwd' is not a plain file name");
 }
 
@@ -393,7 +409,7 @@ TEST_F(BadInput, ACorruptFileFailsEveryRankNamingTheRankThatFoundIt) {
   });
   ASSERT_EQ(errors.size(), 2u);
   for (const std::string& e : errors)
-    EXPECT_TRUE(std::regex_search(e, std::regex("loading '.*' failed on rank 1: .*rank_00001\\.safetensors' is corrupted")))
+    EXPECT_TRUE(std::regex_search(e, std::regex("verifying '.*' failed on rank 1: .*rank_00001\\.safetensors' is corrupted")))
         << e;
 }
 

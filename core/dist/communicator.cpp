@@ -10,19 +10,8 @@
 
 namespace mfsdp {
 
-const char* to_string(Phase phase) {
-  switch (phase) {
-    case Phase::unshard: return "unshard";
-    case Phase::grad_reduce: return "grad_reduce";
-    case Phase::optimizer_step: return "optimizer_step";
-    case Phase::checkpoint: return "checkpoint";
-    case Phase::other: return "other";
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown Phase");
-}
-
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> backend)
-    : backend_(std::move(backend)), rank_(backend_->getRank()), world_size_(backend_->getSize()) {
+    : backend_(recording(std::move(backend))), rank_(backend_->getRank()), world_size_(backend_->getSize()) {
   if (backend_->getBackendName() == "nccl") control_device_ = current_cuda_device();
 }
 

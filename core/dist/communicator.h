@@ -8,6 +8,8 @@
 // counts what it keeps for itself.
 #pragma once
 
+#include "core/dist/recording_backend.h"
+
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <array>
@@ -17,10 +19,6 @@
 
 namespace mfsdp {
 
-enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other };
-constexpr int kNumPhases = 5;
-const char* to_string(Phase phase);
-
 struct PhaseCounters {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
@@ -29,6 +27,7 @@ struct PhaseCounters {
 
 class Communicator {
  public:
+  // Wraps `backend` in a RecordingBackend unless it is one (make_backend's always are).
   explicit Communicator(c10::intrusive_ptr<c10d::Backend> backend);
 
   int rank() const { return rank_; }
@@ -39,10 +38,15 @@ class Communicator {
     return at::TensorOptions().dtype(dtype).device(control_device_);
   }
   int world_size() const { return world_size_; }
-  c10d::Backend& backend() { return *backend_; }
+  // The recording backend below: its counters see every collective, also those issued on it
+  // directly, so comparing them with this class's counters shows whether anything bypassed it.
+  RecordingBackend& backend() { return *backend_; }
+  const RecordingBackend& backend() const { return *backend_; }
 
-  Phase phase() const { return phase_; }
-  void set_phase(Phase phase) { phase_ = phase; }
+  Phase phase() const { return backend_->phase(); }
+  void set_phase(Phase phase) { backend_->set_phase(phase); }
+  // A compute event in the backend's log, between the collectives around it (recording_backend.h).
+  void mark(const std::string& what, int unit) { backend_->mark(what, unit); }
 
   // Collectives (asynchronous: wait on the returned work). Tensors must be contiguous, which is
   // checked: Gloo reads raw pointers.
@@ -63,18 +67,34 @@ class Communicator {
 
   const PhaseCounters& counters(Phase phase) const { return counters_[static_cast<int>(phase)]; }
   PhaseCounters total() const;
-  void reset_counters() { counters_ = {}; }
+  // Both these counters and the backend's.
+  void reset_counters() {
+    counters_ = {};
+    backend_->reset_counters();
+  }
 
  private:
-  PhaseCounters& current() { return counters_[static_cast<int>(phase_)]; }
+  PhaseCounters& current() { return counters_[static_cast<int>(phase())]; }
   void require_contiguous(const at::Tensor& t, const char* what) const;
 
-  c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<RecordingBackend> backend_;
   int rank_;
   int world_size_;
   at::Device control_device_ = at::kCPU;
-  Phase phase_ = Phase::other;
   std::array<PhaseCounters, kNumPhases> counters_{};
+};
+
+// The unit the collectives issued in a scope belong to (in the backend's log), restored after.
+class UnitScope {
+ public:
+  UnitScope(Communicator& comm, int unit) : backend_(comm.backend()), previous_(backend_.unit()) { backend_.set_unit(unit); }
+  ~UnitScope() { backend_.set_unit(previous_); }
+  UnitScope(const UnitScope&) = delete;
+  UnitScope& operator=(const UnitScope&) = delete;
+
+ private:
+  RecordingBackend& backend_;
+  int previous_;
 };
 
 // Sets the communicator's phase for a scope and restores the previous one.

@@ -43,7 +43,7 @@ bool nccl_available() {
 #endif
 }
 
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<c10d::Backend> detail::make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int world_size,
                                                     std::chrono::milliseconds timeout) {
 #ifdef USE_C10D_NCCL

@@ -1,5 +1,6 @@
 #include "core/dist/process_group.h"
 
+#include "core/dist/recording_backend.h"
 #include "core/util/errors.h"
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -26,7 +27,7 @@ BackendKind backend_kind_from_string(const std::string& name) {
   TORCH_CHECK(false, "backend: unknown backend '", name, "' (expected gloo or nccl)");
 }
 
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
+c10::intrusive_ptr<c10d::Backend> detail::make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int world_size,
                                                     std::chrono::milliseconds timeout) {
   TORCH_CHECK(world_size >= 1, "gloo: world size must be >= 1, got ", world_size);
@@ -48,8 +49,8 @@ c10::intrusive_ptr<c10d::Backend> make_backend(BackendKind kind,
                                                int rank, int world_size,
                                                std::chrono::milliseconds timeout) {
   switch (kind) {
-    case BackendKind::gloo: return make_gloo_backend(store, rank, world_size, timeout);
-    case BackendKind::nccl: return make_nccl_backend(store, rank, world_size, timeout);
+    case BackendKind::gloo: return recording(detail::make_gloo_backend(store, rank, world_size, timeout));
+    case BackendKind::nccl: return recording(detail::make_nccl_backend(store, rank, world_size, timeout));
   }
   TORCH_INTERNAL_ASSERT(false, "unknown BackendKind");
 }

@@ -25,22 +25,23 @@ BackendKind backend_kind_from_string(const std::string& name);  // throws on unk
 // Whether this build of libtorch can create the NCCL backend (compiled in and a GPU visible).
 bool nccl_available();
 
-// A Gloo backend for `rank` of `world_size` over `store`, bound to 127.0.0.1. Blocks until all
-// ranks have joined (full-mesh connect) or `timeout` passes; the timeout also bounds every
-// collective issued on it.
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int world_size,
-                                                    std::chrono::milliseconds timeout);
-
-// An NCCL backend on the current CUDA device. Throws with a clear message where NCCL is missing.
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                    int rank, int world_size,
-                                                    std::chrono::milliseconds timeout);
-
+// The backend of `rank` of `world_size` over `store`: Gloo bound to 127.0.0.1, or NCCL on the
+// current CUDA device (a clear error where NCCL is missing). Blocks until all ranks have joined or
+// `timeout` passes; the timeout also bounds every collective issued on it. What it returns is a
+// RecordingBackend (recording_backend.h) around the real one, which is reachable from nowhere
+// else: every collective of the project is recorded with its phase.
 c10::intrusive_ptr<c10d::Backend> make_backend(BackendKind kind,
                                                const c10::intrusive_ptr<c10d::Store>& store,
                                                int rank, int world_size,
                                                std::chrono::milliseconds timeout);
+
+// Only make_backend calls these (they return the bare backend).
+namespace detail {
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                                    std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
+                                                    std::chrono::milliseconds timeout);
+}  // namespace detail
 
 // A TCP store on `host:port`. The server side (is_server) binds (port 0 = ephemeral, read back
 // with tcp_store_port); clients connect, retrying until `timeout`, and on failure throw an error

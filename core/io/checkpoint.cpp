@@ -1,6 +1,7 @@
 #include "core/io/checkpoint.h"
 
 #include "core/dist/rank_agreement.h"
+#include "core/util/crc32.h"
 #include "core/util/files.h"
 
 #include <ATen/ops/empty.h>
@@ -179,7 +180,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
       TORCH_CHECK(::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, "checkpoint: cannot rename '", tmp_dir, "' to '",
                   final_dir, "': ", std::strerror(errno));
       fsync_path(root);
-      write_file_atomic(root + "/latest", name + "\n");
+      write_file_atomic(root + "/latest", latest_text(name, text));
       fsync_path(root);
       remove_flat_dir(old);
     });
@@ -192,16 +193,38 @@ bool has_checkpoint(const std::string& root) { return path_exists(root + "/lates
 std::string resolve_checkpoint(const std::string& path) {
   if (path_exists(path + "/layout.json")) return path;
   if (path_exists(path + "/latest")) {
-    std::string name = read_file(path + "/latest", "checkpoint", 4096);
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    TORCH_CHECK(!name.empty() && name.find('/') == std::string::npos && name[0] != '.', "checkpoint: '", path,
-                "/latest' does not name a checkpoint directory (it holds '", name, "')");
-    const std::string dir = path + "/" + name;
-    TORCH_CHECK(path_exists(dir + "/layout.json"), "checkpoint: '", path, "/latest' names '", name, "', which has no layout.json");
+    const std::string latest = path + "/latest";
+    const LatestRecord rec = parse_latest(read_file(latest, "checkpoint", 4096), latest);
+    const std::string dir = path + "/" + rec.name;
+    TORCH_CHECK(path_exists(dir + "/layout.json"), "checkpoint: '", latest, "' names '", rec.name, "', which has no layout.json");
+    if (rec.has_layout_crc32) {
+      const std::string text = read_file(dir + "/layout.json", "checkpoint", int64_t{256} << 20);
+      const uint32_t actual = crc32(text.data(), text.size());
+      char want[9], got[9];
+      std::snprintf(want, sizeof(want), "%08x", rec.layout_crc32);
+      std::snprintf(got, sizeof(got), "%08x", actual);
+      TORCH_CHECK(actual == rec.layout_crc32, "checkpoint: '", latest, "' names '", rec.name, "' with layout CRC-32 ", want,
+                  ", but its layout.json has ", got, " (`latest` or that layout.json is corrupted, or was replaced)");
+    }
     return dir;
   }
   TORCH_CHECK(path_exists(path), "checkpoint: '", path, "' does not exist");
   TORCH_CHECK(false, "checkpoint: '", path, "' is neither a checkpoint (no layout.json) nor a checkpoint directory (no latest)");
+}
+
+int64_t verify_checkpoint_files(const std::string& dir, const CheckpointLayout& layout, int part, int parts) {
+  TORCH_CHECK(parts >= 1 && part >= 0 && part < parts, "verify_checkpoint_files: part ", part, " of ", parts);
+  int64_t bytes = 0;
+  for (size_t i = static_cast<size_t>(part); i < layout.ranks.size(); i += static_cast<size_t>(parts)) {
+    const CheckpointRank& r = layout.ranks[i];
+    VerifiedFile f(dir, layout.manifest_of(r.file));
+    f.verify_all();
+    const SafetensorsHeader& h = f.header();
+    for (const CheckpointTensor& t : r.tensors) h.at(t.tensor);  // every recorded tensor is in the file
+    if (!r.rng_tensor.empty()) h.at(r.rng_tensor);
+    bytes += layout.manifest_of(r.file).bytes;
+  }
+  return bytes;
 }
 
 // ---- Reading -------------------------------------------------------------------------------
@@ -338,11 +361,21 @@ LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt) {
   PhaseScope phase(comm, Phase::checkpoint);
   const int me = comm.rank();
   LoadReport report;
-  const std::string error = error_of([&] {
-    CheckpointSource src(checkpoint);
+  // 1. Every file verified once in all, spread over the ranks (rank r: files r, r + W, ...), and
+  //    every rank told the outcome before anything is applied: a checkpoint that fails anywhere
+  //    is used nowhere, whatever this rank itself would read of it.
+  std::optional<CheckpointLayout> layout;
+  std::string error = error_of([&] {
+    layout = read_layout(checkpoint);
+    check_same_model(*layout, rt.plan(), checkpoint);
+    report.bytes_verified = verify_checkpoint_files(checkpoint, *layout, me, comm.world_size());
+  });
+  fail_together(comm, error, "checkpoint: verifying '" + checkpoint + "'");
+  // 2. What this rank stores.
+  error = error_of([&] {
+    CheckpointSource src(checkpoint, std::move(*layout));
     const CheckpointLayout& L = src.layout();
     const OwnershipPlan& plan = rt.plan();
-    check_same_model(L, plan, checkpoint);
     report.step = L.step;
     report.written_world_size = L.world_size();
     report.same_layout = L.plan->hash() == plan.hash();
@@ -380,11 +413,8 @@ LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt) {
         momentum = t.to(local.scalar_type());
       }
     }
-    if (report.same_layout && !L.ranks[me].rng_tensor.empty()) {
-      // Written by an earlier version (the process-global CPU generator): read, so its bytes are
-      // verified, and not applied (see save_checkpoint).
-      (void)src.file(me).read_tensor(L.ranks[me].rng_tensor);
-    }
+    // A generator tensor written by an earlier version (the process-global CPU generator) is
+    // verified with its file in step 1 and not applied (see save_checkpoint).
     report.sampler = L.ranks[me < L.world_size() ? me : 0].sampler;
     report.bytes_read = src.bytes_read();
   });
@@ -394,6 +424,7 @@ LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt) {
 
 FullState read_full_state(const std::string& checkpoint, bool with_optimizer_state) {
   CheckpointSource src(checkpoint);
+  verify_checkpoint_files(checkpoint, src.layout(), 0, 1);  // every byte, not only what is read below
   FullState out;
   out.step = src.layout().step;
   for (const MatrixShard& s : src.layout().plan->shards()) {
@@ -454,11 +485,9 @@ bool inspect_checkpoint(const std::string& checkpoint, bool verify, std::string&
     out << line;
     if (verify) {
       const std::string error = error_of([&] {
-        VerifiedFile f(checkpoint, m);
-        f.verify_all();
-        const SafetensorsHeader& h = f.header();
-        for (const CheckpointTensor& t : r.tensors) h.at(t.tensor);  // every recorded tensor is in the file
-        if (!r.rng_tensor.empty()) h.at(r.rng_tensor);
+        CheckpointLayout one = L;
+        one.ranks = {r};
+        verify_checkpoint_files(checkpoint, one, 0, 1);
       });
       out << (error.empty() ? "  OK" : "  FAILED: " + error);
       ok = ok && error.empty();

@@ -36,8 +36,9 @@ nlohmann::json optimizers_to_json(const RuntimeOptions& options);
 // failure on any rank fails every rank, naming it. Returns the committed directory.
 std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const CheckpointContext& ctx);
 
-// `path` itself when it holds layout.json, else the checkpoint its `latest` names; throws when
-// neither. has_checkpoint: whether `root` has a `latest`.
+// `path` itself when it holds layout.json, else the checkpoint its `latest` names (checked against
+// the layout CRC-32 `latest` records); throws when neither. has_checkpoint: whether `root` has a
+// `latest`.
 std::string resolve_checkpoint(const std::string& path);
 bool has_checkpoint(const std::string& root);
 
@@ -78,6 +79,7 @@ class CheckpointSource {
 
 struct LoadReport {
   int64_t step = 0;
+  int64_t bytes_verified = 0;  // by this rank: its share of verifying every file once
   int written_world_size = 0;
   bool same_layout = false;  // same plan: each rank read (and fully verified) its own file
   int64_t bytes_read = 0;    // by this rank
@@ -85,15 +87,23 @@ struct LoadReport {
   nlohmann::json sampler;    // the sampler state the writing rank of the same index recorded (rank 0's if none)
 };
 
+// Verifies every byte of the rank files i with i % parts == part against the manifest, and that
+// each holds every tensor the layout records there; throws naming the file. Returns the size of
+// the files it verified.
+int64_t verify_checkpoint_files(const std::string& dir, const CheckpointLayout& layout, int part, int parts);
+
 // Throws naming the checkpoint and the first difference when the checkpoint's parameters (names,
 // shapes, dtypes) are not those of `plan`.
 void check_same_model(const CheckpointLayout& layout, const OwnershipPlan& plan, const std::string& dir);
 
 // Loads `checkpoint` (a directory with layout.json) into `rt`: parameters and optimizer state of
-// what this rank stores. Any world size, planner, tail policy or owner-runtime placement.
+// what this rank stores. Any world size, planner, tail policy or owner-runtime placement. First
+// every file is verified (each by one rank) and nothing is applied unless all passed: a failure
+// anywhere fails every rank, naming the rank and the file.
 LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt);
 
-// The whole model (and, if asked, every parameter's whole optimizer state), as CPU tensors.
+// The whole model (and, if asked, every parameter's whole optimizer state), as CPU tensors, after
+// verifying every file of the checkpoint.
 struct FullState {
   int64_t step = 0;
   ParamMap params;

@@ -120,7 +120,87 @@ std::string layout_json(const CheckpointLayout& layout, const std::vector<nlohma
                            {"plan", plan_to_json(*layout.plan)},
                            {"ranks", ranks},
                            {"manifest", manifest}};
-  return j.dump(1) + "\n";
+  if (layout.format_version < 2) return j.dump(1) + "\n";
+  j["layout_crc32"] = "00000000";
+  return seal_layout(j.dump(1) + "\n");
+}
+
+namespace {
+
+constexpr const char kSealKey[] = "\"layout_crc32\": \"";
+constexpr size_t kSealKeyBytes = sizeof(kSealKey) - 1;
+
+// Where the seal's 8 digits start, or npos when the text has no seal field; throws when it has
+// more than one (a key inside a string value is escaped, so this finds real keys only).
+size_t seal_digits(const std::string& text, const std::string& path) {
+  const size_t at = text.find(kSealKey);
+  if (at == std::string::npos) return at;
+  TORCH_CHECK(text.find(kSealKey, at + 1) == std::string::npos, "checkpoint: '", path,
+              "' holds layout_crc32 twice (corrupted)");
+  TORCH_CHECK(text.size() >= at + kSealKeyBytes + 9 && text[at + kSealKeyBytes + 8] == '"', "checkpoint: '", path,
+              "': its layout_crc32 is not 8 hex digits (corrupted)");
+  return at + kSealKeyBytes;
+}
+
+std::string hex8(uint32_t v) {
+  char buf[9];
+  std::snprintf(buf, sizeof(buf), "%08x", v);
+  return buf;
+}
+
+bool parse_hex8(const std::string& digits, uint32_t& out) {
+  if (digits.size() != 8) return false;
+  out = 0;
+  for (char c : digits) {
+    int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (v < 0) return false;
+    out = out << 4 | static_cast<uint32_t>(v);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string seal_layout(std::string text) {
+  const size_t at = seal_digits(text, "layout.json");
+  TORCH_CHECK(at != std::string::npos, "checkpoint: seal_layout: the text has no layout_crc32 field");
+  text.replace(at, 8, "00000000");
+  text.replace(at, 8, hex8(crc32(text.data(), text.size())));
+  return text;
+}
+
+void check_layout_seal(const std::string& text, const std::string& path) {
+  const size_t at = seal_digits(text, path);
+  TORCH_CHECK(at != std::string::npos, "checkpoint: '", path,
+              "' is corrupted: format 2 requires its layout_crc32 field, which is missing or damaged");
+  uint32_t recorded = 0;
+  TORCH_CHECK(parse_hex8(text.substr(at, 8), recorded), "checkpoint: '", path,
+              "' is corrupted: its layout_crc32 is not 8 lowercase hex digits");
+  std::string zeroed = text;
+  zeroed.replace(at, 8, "00000000");
+  const uint32_t actual = crc32(zeroed.data(), zeroed.size());
+  TORCH_CHECK(actual == recorded, "checkpoint: '", path, "' is corrupted: its layout_crc32 says ", hex8(recorded),
+              " but its bytes give ", hex8(actual));
+}
+
+std::string latest_text(const std::string& step_name, const std::string& layout_text) {
+  return step_name + "\nlayout_crc32 " + hex8(crc32(layout_text.data(), layout_text.size())) + "\n";
+}
+
+LatestRecord parse_latest(const std::string& text, const std::string& path) {
+  LatestRecord out;
+  const size_t nl = text.find('\n');
+  out.name = text.substr(0, nl);
+  const std::string rest = nl == std::string::npos ? "" : text.substr(nl + 1);
+  TORCH_CHECK(plain_file_name(out.name), "checkpoint: '", path, "' does not name a checkpoint directory (it holds '", out.name,
+              "'): corrupted or not written by mfsdp");
+  if (rest.empty()) return out;  // before format 2: the name alone
+  const std::string prefix = "layout_crc32 ";
+  TORCH_CHECK(rest.size() == prefix.size() + 9 && rest.compare(0, prefix.size(), prefix) == 0 && rest.back() == '\n' &&
+                  parse_hex8(rest.substr(prefix.size(), 8), out.layout_crc32),
+              "checkpoint: '", path, "' is corrupted: after the step name it must hold 'layout_crc32 <8 hex digits>'");
+  out.has_layout_crc32 = true;
+  return out;
 }
 
 std::string layout_to_json(const CheckpointLayout& layout) {
@@ -142,9 +222,13 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
     bad_layout(path, f.in("format"), "is '" + f.string("format") + "', not " + kCheckpointFormat);
   CheckpointLayout L;
   L.format_version = static_cast<int>(f.integer("format_version", 0, INT32_MAX));
-  if (L.format_version != kCheckpointFormatVersion)
+  if (L.format_version < kOldestReadableFormatVersion || L.format_version > kCheckpointFormatVersion)
     bad_layout(path, f.in("format_version"), "unknown format version " + std::to_string(L.format_version) +
-                                                 " (this build reads version " + std::to_string(kCheckpointFormatVersion) + ")");
+                                                 " (this build reads versions " + std::to_string(kOldestReadableFormatVersion) +
+                                                 " to " + std::to_string(kCheckpointFormatVersion) + ")");
+  // Before any other field is believed: every byte of a format-2 layout is checked.
+  if (L.format_version >= 2) check_layout_seal(text, path);
+  else if (j.contains("layout_crc32")) bad_layout(path, "layout.layout_crc32", "is not part of format version 1 (corrupted version?)");
   L.step = f.integer("step");
   L.torch_version = f.string("torch_version");
   L.placement = f.string("placement");

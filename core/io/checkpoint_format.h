@@ -21,7 +21,10 @@
 namespace mfsdp {
 
 constexpr const char* kCheckpointFormat = "mfsdp-checkpoint";
-constexpr int kCheckpointFormatVersion = 1;
+// Version 2 seals layout.json with its own checksum (layout_crc32) and binds `latest` to the
+// layout it names; version 1 (no seal) is still read, its rank files verified as before.
+constexpr int kCheckpointFormatVersion = 2;
+constexpr int kOldestReadableFormatVersion = 1;
 // Chunk checksums: 4 KiB chunks, doubled until a file has at most 1024 of them, so a reader of a
 // few byte ranges verifies (and reads) at most two chunks more per range than it needs.
 constexpr int64_t kMinChecksumChunkBytes = 4 << 10;
@@ -88,8 +91,25 @@ std::string layout_json(const CheckpointLayout& layout, const std::vector<nlohma
                         const std::vector<nlohmann::json>& manifest);
 // Parses layout.json strictly: every field present with its type, the plan valid, every record
 // consistent with it (names, row ranges, ranks, files), file names plain. Throws naming `path`.
+// Format 2 checks the seal first (check_layout_seal): a layout.json with any byte changed is refused.
 CheckpointLayout parse_layout(const std::string& text, const std::string& path);
 CheckpointLayout read_layout(const std::string& checkpoint_dir);
+
+// The seal of layout.json: its last field, "layout_crc32": "<8 hex digits>", is the CRC-32 of the
+// whole text with those 8 digits written as "00000000". seal_layout fills it in (the text must
+// hold exactly one such field); check_layout_seal throws, naming `path`, unless it matches.
+std::string seal_layout(std::string text);
+void check_layout_seal(const std::string& text, const std::string& path);
+
+// `latest` (format 2): the step directory's name, then "layout_crc32 <8 hex digits>" of its
+// layout.json, one per line, so a `latest` that was damaged or names another step is refused.
+std::string latest_text(const std::string& step_name, const std::string& layout_text);
+struct LatestRecord {
+  std::string name;
+  bool has_layout_crc32 = false;  // false: written before format 2 (the name alone)
+  uint32_t layout_crc32 = 0;
+};
+LatestRecord parse_latest(const std::string& text, const std::string& path);
 
 // A checkpoint file whose every returned byte was checked against the manifest: a read fetches the
 // whole chunks around the range and verifies their CRC-32s; the file's size is checked on open.

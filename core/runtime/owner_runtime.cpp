@@ -131,10 +131,12 @@ ParamMap OwnerRuntime::unshard(int u) {
   variable_list full = UnitGather::apply(anchors_[u], reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
   ParamMap params;
   for (size_t k = 0; k < unit.shards().size(); ++k) params.emplace(plan_.shards()[unit.shards()[k]].name, full[k]);
+  comm_.mark("forward", u);  // the caller computes unit u's forward from here
   return params;
 }
 
 at::Tensor OwnerRuntime::after_forward(int u, const at::Tensor& output) {
+  comm_.mark("forward_done", u);
   Unit& unit = *units_.at(u);
   const bool backward_will_come = at::GradMode::is_enabled() && output.requires_grad();
   at::Tensor out = output;
@@ -152,17 +154,19 @@ void OwnerRuntime::revive_unit(int u) {
     track_peak();
   }
   unit.wait_fill();  // a prefetched revive completes here
-  if (!options_.prefetch) return;
-  // Backward visits units in reverse forward order: start reviving the one before u.
-  for (size_t k = 1; k < forward_order_.size(); ++k) {
-    if (forward_order_[k] != u) continue;
-    Unit& previous = *units_[forward_order_[k - 1]];
-    if (previous.state() == UnitState::pinned) {
-      previous.revive_async();
-      track_peak();
+  if (options_.prefetch) {
+    // Backward visits units in reverse forward order: start reviving the one before u.
+    for (size_t k = 1; k < forward_order_.size(); ++k) {
+      if (forward_order_[k] != u) continue;
+      Unit& previous = *units_[forward_order_[k - 1]];
+      if (previous.state() == UnitState::pinned) {
+        previous.revive_async();
+        track_peak();
+      }
+      break;
     }
-    break;
   }
+  comm_.mark("backward", u);  // autograd computes unit u's backward from here
 }
 
 void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads) {

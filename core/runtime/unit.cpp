@@ -129,6 +129,7 @@ at::Tensor Unit::segment_of(int rank) const {
 
 void Unit::begin_fill() {
   PhaseScope phase(comm_, Phase::unshard);
+  UnitScope tag(comm_, index_);
   const int W = plan_.world_size();
   int64_t skip = 0;  // elements at the start of each segment moved by the all-gather
   if (strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1) {
@@ -272,6 +273,7 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
     }
   }
   PhaseScope phase(comm_, Phase::grad_reduce);
+  UnitScope tag(comm_, index_);
   const int64_t mine = layout_.segments[rank_].numel;
   if (mode == ReduceMode::deterministic) {
     // One uneven all-to-all: every rank sends segment r of its gradient to rank r; the owner gets

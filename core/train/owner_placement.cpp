@@ -65,6 +65,7 @@ class OwnerRunner : public PlacementRunner {
     info.same_layout = r.same_layout;
     info.bytes_read = r.bytes_read;
     info.bytes_total = r.bytes_total;
+    info.bytes_verified = r.bytes_verified;
     info.sampler = r.sampler.dump();
     return info;
   }

@@ -50,6 +50,7 @@ struct ResumeInfo {
   int written_world_size = 0;
   bool same_layout = false;  // the fast path: every rank read only its own file
   int64_t bytes_read = 0, bytes_total = 0;  // by this rank; of every rank file
+  int64_t bytes_verified = 0;               // by this rank, its share of verifying every file once
   std::vector<std::string> warnings;        // sampler settings that differ from the checkpoint's
   std::string sampler;                      // the sampler state the checkpoint recorded (JSON)
 };

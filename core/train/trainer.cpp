@@ -107,7 +107,10 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
       m.checkpoint_s = seconds_since(t0);
       m.checkpoint = result.checkpoints.back();
     }
-    for (int p = 0; p < kNumPhases; ++p) m.bytes[p] = comm.counters(static_cast<Phase>(p));
+    for (int p = 0; p < kNumPhases; ++p) {
+      m.bytes[p] = comm.counters(static_cast<Phase>(p));
+      m.backend[p] = comm.backend().counters(static_cast<Phase>(p));
+    }
     m.loss = mean_over_ranks(comm, {m.local_loss})[0];  // after the snapshot: not part of the step's traffic
     m.resident_bytes = stepper->resident_bytes();
     m.peak_gathered_bytes = stepper->peak_gathered_bytes();

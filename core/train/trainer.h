@@ -54,7 +54,10 @@ struct StepMetrics {
   double loss = 0;        // mean over ranks of each rank's micro-batch loss
   double local_loss = 0;  // this rank's
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
-  std::array<PhaseCounters, kNumPhases> bytes{};  // this rank, this step
+  std::array<PhaseCounters, kNumPhases> bytes{};  // this rank, this step, as the Communicator counted them
+  // The same step as the backend recorded it (every collective, also any that bypassed the
+  // Communicator): per phase, calls must equal bytes[p].calls.
+  std::array<BackendCounters, kNumPhases> backend{};
   int64_t resident_bytes = 0;
   int64_t peak_gathered_bytes = 0;
   bool skipped = false;

@@ -27,7 +27,7 @@ elapsed=$(( $(date +%s) - start ))
 [ "$code" -ne 0 ] || fail "the run whose rank 1 was killed exited 0"
 grep -Eq "lost rank 1" "$work/b1.log" || { cat "$work/b1.log"; fail "no survivor named the lost rank 1"; }
 [ "$elapsed" -lt 60 ] || fail "the survivors took ${elapsed}s to exit"
-[ "$(cat "$work/b/latest")" = "step_00000003" ] || fail "latest is '$(cat "$work/b/latest")' after the crash, not step_00000003"
+[ "$(head -1 "$work/b/latest")" = "step_00000003" ] || fail "latest is '$(head -1 "$work/b/latest")' after the crash, not step_00000003"
 echo "crash in step 5: exit code $code after ${elapsed}s; $(grep -Eo 'rank [0-9] failed: lost rank 1[^;]*' "$work/b1.log" | head -1); latest = step_00000003"
 
 set +e
@@ -35,7 +35,7 @@ set +e
 code=$?
 set -e
 [ "$code" -ne 0 ] || fail "the run whose rank 2 was killed in a checkpoint exited 0"
-[ "$(cat "$work/b/latest")" = "step_00000003" ] || fail "latest moved to '$(cat "$work/b/latest")' although the step-6 checkpoint never committed"
+[ "$(head -1 "$work/b/latest")" = "step_00000003" ] || fail "latest moved to '$(head -1 "$work/b/latest")' although the step-6 checkpoint never committed"
 [ ! -e "$work/b/step_00000006" ] || fail "a half-written step_00000006 became visible"
 "$mfsdp" checkpoint inspect "$work/b" >"$work/inspect.log" || { cat "$work/inspect.log"; fail "the previous checkpoint no longer verifies"; }
 echo "crash inside the step-6 checkpoint: exit code $code; latest = step_00000003, which still verifies"

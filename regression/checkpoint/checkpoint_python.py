@@ -1,8 +1,8 @@
 """Python reads what mfsdp writes: the exported model and a per-rank file of a checkpoint.
 
 checkpoint_python.py CHECKPOINT_DIR EXPORTED.safetensors
-Checks with the safetensors library and torch, independently of the C++ reader: every file's size
-and CRC-32 (zlib) against layout.json's manifest; every parameter slice in every rank file equals
+Checks with the safetensors library and torch, independently of the C++ reader: layout.json's seal
+and the CRC-32 `latest` records of it; every file's size and CRC-32 (zlib) against layout.json's manifest; every parameter slice in every rank file equals
 the same rows of the exported parameter; the exported names and shapes are the plan's.
 """
 import json
@@ -14,10 +14,17 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 ckpt, exported = sys.argv[1], sys.argv[2]
-latest = open(f"{ckpt}/latest").read().strip()
-step_dir = f"{ckpt}/{latest}"
-layout = json.load(open(f"{step_dir}/layout.json"))
-assert layout["format"] == "mfsdp-checkpoint" and layout["format_version"] == 1, layout["format"]
+latest_lines = open(f"{ckpt}/latest").read().splitlines()  # the step name, then "layout_crc32 <hex>"
+step_dir = f"{ckpt}/{latest_lines[0]}"
+raw = open(f"{step_dir}/layout.json", "rb").read()
+layout = json.loads(raw)
+# The seal: CRC-32 of layout.json with the 8 digits of its layout_crc32 written as zeros; `latest`
+# records the CRC-32 of the whole file.
+key = b'"layout_crc32": "'
+at = raw.index(key) + len(key)
+assert zlib.crc32(raw[:at] + b"00000000" + raw[at + 8:]) == int(layout["layout_crc32"], 16), "layout.json seal"
+assert latest_lines[1] == f"layout_crc32 {zlib.crc32(raw):08x}", latest_lines
+assert layout["format"] == "mfsdp-checkpoint" and layout["format_version"] == 2, layout["format"]
 
 for m in layout["manifest"]:
     data = open(f"{step_dir}/{m['file']}", "rb").read()

@@ -1,5 +1,5 @@
-"""Runs the real torch.optim.Muon / torch.optim.AdamW (single-tensor path) on the tensors
-optim_conformance_dump wrote and compares the final parameters and optimizer state with the C++
+"""Runs the real torch.optim.Muon / torch.optim.AdamW (single-tensor path), with the
+hyperparameters of each case (defaults and non-defaults), on the tensors optim_conformance_dump wrote and compares the final parameters and optimizer state with the C++
 ones bit for bit.
 Usage: python check_optim.py DIR   (exit 1 on any difference)"""
 import json
@@ -15,11 +15,15 @@ for c in cases:
     shape = tuple(c["shape"])
     load = lambda name: torch.from_numpy(np.fromfile(f"{d}/case{c['id']}_{name}.bin", dtype=np.float32).reshape(shape))
     p = torch.nn.Parameter(load("p0").clone())
+    h = c["hyper"]
     if c["optimizer"] == "adamw":
-        opt = torch.optim.AdamW([p], lr=c["lr"], foreach=False)
+        opt = torch.optim.AdamW([p], lr=h["lr"], betas=tuple(h["betas"]), eps=h["eps"], weight_decay=h["weight_decay"],
+                                foreach=False)
     else:
-        fn = "match_rms_adamw" if c["optimizer"] == "muon_match_rms" else None
-        opt = torch.optim.Muon([p], lr=c["lr"], adjust_lr_fn=fn)
+        fn = None if h["adjust_lr_fn"] == "original" else h["adjust_lr_fn"]
+        opt = torch.optim.Muon([p], lr=h["lr"], weight_decay=h["weight_decay"], momentum=h["momentum"],
+                               nesterov=h["nesterov"], ns_coefficients=tuple(h["ns_coefficients"]), eps=h["eps"],
+                               ns_steps=h["ns_steps"], adjust_lr_fn=fn)
     for s in range(c["steps"]):
         p.grad = load(f"g{s}").clone()
         opt.step()
@@ -32,7 +36,7 @@ for c in cases:
         theirs = opt.state[p][name]
         same = same and torch.equal(theirs.view(torch.int32), mine.view(torch.int32))
     diff = (p.detach() - want).abs().max().item()
-    print(f"case {c['id']:2d} {c['optimizer']:15s} {str(shape):10s} {'bitwise equal' if same else 'DIFFERS'} (max |diff| {diff:.3g})")
+    print(f"case {c['id']:2d} {c['name']:22s} {str(shape):10s} {'bitwise equal' if same else 'DIFFERS'} (max |diff| {diff:.3g})")
     bad += not same
 print(f"{len(cases) - bad} passed, {bad} failed")
 sys.exit(1 if bad else 0)

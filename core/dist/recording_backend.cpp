@@ -1,0 +1,173 @@
+#include "core/dist/recording_backend.h"
+
+#include <c10/util/Exception.h>
+
+namespace mfsdp {
+namespace {
+
+int64_t nbytes(const std::vector<at::Tensor>& ts) {
+  int64_t n = 0;
+  for (const at::Tensor& t : ts) n += static_cast<int64_t>(t.nbytes());
+  return n;
+}
+
+int64_t nbytes(const std::vector<std::vector<at::Tensor>>& tss) {
+  int64_t n = 0;
+  for (const auto& ts : tss) n += nbytes(ts);
+  return n;
+}
+
+}  // namespace
+
+const char* to_string(Phase phase) {
+  switch (phase) {
+    case Phase::unshard: return "unshard";
+    case Phase::grad_reduce: return "grad_reduce";
+    case Phase::optimizer_step: return "optimizer_step";
+    case Phase::checkpoint: return "checkpoint";
+    case Phase::other: return "other";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown Phase");
+}
+
+RecordingBackend::RecordingBackend(c10::intrusive_ptr<c10d::Backend> inner)
+    : c10d::Backend(inner->getRank(), inner->getSize()), inner_(std::move(inner)) {}
+
+void RecordingBackend::record(const char* what, int64_t bytes, int root) {
+  BackendCounters& c = counters_[static_cast<int>(phase_)];
+  ++c.calls;
+  c.bytes += bytes;
+  if (log_) events_.push_back(BackendEvent{true, what, phase_, unit_, root, bytes});
+}
+
+void RecordingBackend::mark(const std::string& what, int unit) {
+  if (log_) events_.push_back(BackendEvent{false, what, phase_, unit, -1, 0});
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::broadcast(std::vector<at::Tensor>& ts, const c10d::BroadcastOptions& o) {
+  record("broadcast", nbytes(ts), static_cast<int>(o.rootRank));
+  return inner_->broadcast(ts, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::allreduce(std::vector<at::Tensor>& ts, const c10d::AllreduceOptions& o) {
+  record("allreduce", nbytes(ts));
+  return inner_->allreduce(ts, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::allreduce_coalesced(std::vector<at::Tensor>& ts,
+                                                                     const c10d::AllreduceCoalescedOptions& o) {
+  record("allreduce_coalesced", nbytes(ts));
+  return inner_->allreduce_coalesced(ts, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::reduce(std::vector<at::Tensor>& ts, const c10d::ReduceOptions& o) {
+  record("reduce", nbytes(ts), static_cast<int>(o.rootRank));
+  return inner_->reduce(ts, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::allgather(std::vector<std::vector<at::Tensor>>& out,
+                                                           std::vector<at::Tensor>& in, const c10d::AllgatherOptions& o) {
+  record("allgather", nbytes(in));
+  return inner_->allgather(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::_allgather_base(at::Tensor& out, at::Tensor& in,
+                                                                 const c10d::AllgatherOptions& o) {
+  record("allgather", static_cast<int64_t>(in.nbytes()));
+  return inner_->_allgather_base(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& out,
+                                                                     std::vector<at::Tensor>& in,
+                                                                     const c10d::AllgatherOptions& o) {
+  record("allgather_coalesced", nbytes(in));
+  return inner_->allgather_coalesced(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                                 std::vector<at::Tensor>& in,
+                                                                                 const c10d::AllgatherOptions& o) {
+  record("allgather_into_tensor_coalesced", nbytes(in));
+  return inner_->allgather_into_tensor_coalesced(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::gather(std::vector<std::vector<at::Tensor>>& out,
+                                                        std::vector<at::Tensor>& in, const c10d::GatherOptions& o) {
+  record("gather", nbytes(in), static_cast<int>(o.rootRank));
+  return inner_->gather(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::scatter(std::vector<at::Tensor>& out,
+                                                         std::vector<std::vector<at::Tensor>>& in,
+                                                         const c10d::ScatterOptions& o) {
+  record("scatter", nbytes(in), static_cast<int>(o.rootRank));
+  return inner_->scatter(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::reduce_scatter(std::vector<at::Tensor>& out,
+                                                                std::vector<std::vector<at::Tensor>>& in,
+                                                                const c10d::ReduceScatterOptions& o) {
+  record("reduce_scatter", nbytes(in));
+  return inner_->reduce_scatter(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                                      const c10d::ReduceScatterOptions& o) {
+  record("reduce_scatter", static_cast<int64_t>(in.nbytes()));
+  return inner_->_reduce_scatter_base(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& out,
+                                                                                 std::vector<at::Tensor>& in,
+                                                                                 const c10d::ReduceScatterOptions& o) {
+  record("reduce_scatter_tensor_coalesced", nbytes(in));
+  return inner_->reduce_scatter_tensor_coalesced(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
+                                                               std::vector<int64_t>& out_splits,
+                                                               std::vector<int64_t>& in_splits,
+                                                               const c10d::AllToAllOptions& o) {
+  record("alltoall", static_cast<int64_t>(in.nbytes()));
+  return inner_->alltoall_base(out, in, out_splits, in_splits, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::alltoall(std::vector<at::Tensor>& out, std::vector<at::Tensor>& in,
+                                                          const c10d::AllToAllOptions& o) {
+  record("alltoall", nbytes(in));
+  return inner_->alltoall(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::send(std::vector<at::Tensor>& ts, int dst, int tag) {
+  record("send", nbytes(ts), dst);
+  return inner_->send(ts, dst, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::recv(std::vector<at::Tensor>& ts, int src, int tag) {
+  record("recv", nbytes(ts), src);
+  return inner_->recv(ts, src, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::recvAnysource(std::vector<at::Tensor>& ts, int tag) {
+  record("recv", nbytes(ts));
+  return inner_->recvAnysource(ts, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RecordingBackend::barrier(const c10d::BarrierOptions& o) {
+  record("barrier", 0);
+  return inner_->barrier(o);
+}
+
+void RecordingBackend::monitoredBarrier(const c10d::BarrierOptions& o, bool wait_all_ranks) {
+  record("barrier", 0);
+  inner_->monitoredBarrier(o, wait_all_ranks);
+}
+
+c10::intrusive_ptr<RecordingBackend> recording(c10::intrusive_ptr<c10d::Backend> backend) {
+  TORCH_CHECK(backend, "recording: no backend");
+  if (auto* r = dynamic_cast<RecordingBackend*>(backend.get()))
+    return c10::intrusive_ptr<RecordingBackend>::reclaim_copy(r);
+  return c10::make_intrusive<RecordingBackend>(std::move(backend));
+}
+
+}  // namespace mfsdp

@@ -1,0 +1,235 @@
+// No corrupted checkpoint is ever loaded, by any reader: random bytes flipped anywhere in any file
+// of a checkpoint (a rank file's safetensors header, its first, middle or last checksum chunk, or
+// anywhere in it; layout.json; latest) are refused by every read path — a resume at the same world
+// size and plan, a resharded resume (another W, planner and tail policy), the DDP oracle's
+// consolidation, export and inspect — with an error naming the damaged file, on every rank, and
+// nothing written. The pristine copy passes every path (so a refusal is the corruption's doing).
+// Replay a failure with RC_PARAMS="seed=<printed seed>".
+#include <gtest/gtest.h>
+#include <rapidcheck/gtest.h>
+
+#include "core/dist/rank_agreement.h"
+#include "core/dist/ranks.h"
+#include "core/io/checkpoint.h"
+#include "core/util/errors.h"
+#include "core/util/files.h"
+#include "harness/placements.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+namespace {
+
+constexpr int kWrittenW = 3;
+constexpr int kSteps = 2;
+
+TrainConfig base_config() {
+  TrainConfig c;
+  c.model = preset_config("tiny");
+  c.model.hidden = 32;
+  c.model.intermediate = 64;
+  c.batch = 1;
+  c.seq = 8;
+  c.seed = 9;
+  c.steps = kSteps;
+  c.runtime.optimizer = c.planner.optimizer = OptimizerKind::muon;
+  return c;
+}
+
+std::string temp_dir(const std::string& tag) {
+  std::string t = "/tmp/mfsdp_corrupt_" + tag + "_XXXXXX";
+  TORCH_CHECK(::mkdtemp(t.data()), "mkdtemp failed");
+  return t;
+}
+
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << bytes;
+  TORCH_CHECK(out.good(), "cannot write ", path);
+}
+
+// A W = 3 Muon checkpoint directory with steps 1 and 2 (`latest` names step 2), written once.
+const std::string& pristine() {
+  static const std::string dir = [] {
+    const std::string d = temp_dir("pristine");
+    TrainConfig c = base_config();
+    c.checkpoint_dir = d;
+    c.checkpoint_every = 1;
+    RanksOptions ranks;
+    ranks.world_size = kWrittenW;
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
+    return d;
+  }();
+  return dir;
+}
+
+const std::vector<std::string>& step_files() {
+  static const std::vector<std::string> files{"rank_00000.safetensors", "rank_00001.safetensors", "rank_00002.safetensors",
+                                              "layout.json"};
+  return files;
+}
+
+// A fresh copy of the pristine checkpoint directory.
+std::string copy_pristine() {
+  const std::string d = temp_dir("case");
+  spit(d + "/latest", read_file(pristine() + "/latest", "test"));
+  for (const char* step : {"/step_00000001", "/step_00000002"}) {
+    make_dirs(d + step);
+    for (const std::string& f : step_files()) spit(d + step + "/" + f, read_file(pristine() + step + "/" + f, "test"));
+  }
+  return d;
+}
+
+// One read path: returns "" when it loaded, else every error it raised (one per failing rank).
+struct ReadPath {
+  std::string name;
+  std::function<std::vector<std::string>(const std::string& root)> run;
+  int ranks = 1;  // how many errors a refusal must produce (every rank fails)
+};
+
+std::vector<std::string> resume(const std::string& root, int world_size, Placement placement, PlannerKind planner,
+                                TailPolicy tail) {
+  TrainConfig c = base_config();
+  c.resume_from = root;  // through `latest`, as `mfsdp train --resume` does
+  c.planner.planner = planner;
+  c.planner.tail_policy = tail;
+  apply_placement(placement, c);
+  RanksOptions ranks;
+  ranks.world_size = world_size;
+  try {
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
+  } catch (const RankError& e) {
+    std::vector<std::string> out;
+    for (const RankError::Failure& f : e.failures()) out.push_back("rank " + std::to_string(f.rank) + ": " + f.message);
+    return out;
+  }
+  return {};
+}
+
+std::vector<std::string> errors_of(const std::function<void()>& f) {
+  const std::string e = error_of(f);
+  return e.empty() ? std::vector<std::string>{} : std::vector<std::string>{e};
+}
+
+const std::vector<ReadPath>& read_paths() {
+  static const std::vector<ReadPath> paths{
+      {"resume at the same W and plan",
+       [](const std::string& root) { return resume(root, kWrittenW, Placement::owner, PlannerKind::balanced, TailPolicy::even); },
+       kWrittenW},
+      {"resharded resume (W = 2, round_robin, owner tail)",
+       [](const std::string& root) { return resume(root, 2, Placement::owner, PlannerKind::round_robin, TailPolicy::owner); }, 2},
+      {"oracle consolidation (W = 2)",
+       [](const std::string& root) { return resume(root, 2, Placement::ddp, PlannerKind::balanced, TailPolicy::even); }, 2},
+      {"export",
+       [](const std::string& root) {
+         const std::string out = root + "/exported.safetensors";
+         std::vector<std::string> e = errors_of([&] { export_model(resolve_checkpoint(root), out); });
+         if (!e.empty() && path_exists(out)) e.push_back("export left '" + out + "' behind after refusing");
+         return e;
+       }},
+      {"inspect",
+       [](const std::string& root) {
+         std::string report;
+         bool ok = false;
+         std::vector<std::string> e = errors_of([&] { ok = inspect_checkpoint(resolve_checkpoint(root), true, report); });
+         if (e.empty() && !ok) e.push_back(report);  // refused by reporting: the report names the file
+         return e;
+       }},
+  };
+  return paths;
+}
+
+TEST(CheckpointCorruption, ThePristineCopyPassesEveryReadPath) {
+  const std::string root = copy_pristine();
+  for (const ReadPath& p : read_paths()) {
+    const std::vector<std::string> errors = p.run(root);
+    EXPECT_TRUE(errors.empty()) << p.name << ": " << errors.front();
+  }
+  remove_flat_dir(root + "/step_00000001");
+  remove_flat_dir(root + "/step_00000002");
+  std::remove((root + "/exported.safetensors").c_str());
+  std::remove((root + "/latest").c_str());
+  ::rmdir(root.c_str());
+}
+
+// A `latest` that names another step that exists (one changed digit): its layout CRC-32 refuses it.
+TEST(CheckpointCorruption, LatestNamingAnotherExistingStepIsRefused) {
+  const std::string root = copy_pristine();
+  std::string latest = read_file(root + "/latest", "test");
+  ASSERT_EQ(latest.substr(0, 13), "step_00000002");
+  latest[12] = '1';
+  spit(root + "/latest", latest);
+  try {
+    resolve_checkpoint(root);
+    ADD_FAILURE() << "a latest naming step 1 with step 2's layout CRC-32 was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("names 'step_00000001' with layout CRC-32"), std::string::npos)
+        << e.what_without_backtrace();
+  }
+}
+
+enum class Region { safetensors_header, first_chunk, middle_chunk, last_chunk, anywhere };
+
+void showValue(Region r, std::ostream& os) {
+  const char* names[] = {"safetensors header", "first chunk", "middle chunk", "last chunk", "anywhere"};
+  os << names[static_cast<int>(r)];
+}
+
+RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) {
+  // Which file: a rank file of the step `latest` names, its layout.json, or `latest` itself.
+  const int which = *rc::gen::inRange(0, 5);
+  const std::string file = which < 4 ? "step_00000002/" + step_files()[which] : "latest";
+  const std::string root = copy_pristine();
+  const std::string path = root + "/" + file;
+  std::string bytes = read_file(path, "test");
+  int64_t lo = 0, hi = static_cast<int64_t>(bytes.size());
+  if (which < 3) {
+    const CheckpointLayout L = read_layout(root + "/step_00000002");
+    const int64_t chunk = L.manifest_of(step_files()[which]).chunk_bytes;
+    const int64_t chunks = (hi + chunk - 1) / chunk;
+    RC_PRE(chunks >= 3);
+    const Region region = *rc::gen::element(Region::safetensors_header, Region::first_chunk, Region::middle_chunk,
+                                            Region::last_chunk, Region::anywhere);
+    RC_TAG(region);
+    uint64_t header = 0;
+    for (int i = 7; i >= 0; --i) header = header << 8 | static_cast<unsigned char>(bytes[i]);
+    switch (region) {
+      case Region::safetensors_header: hi = 8 + static_cast<int64_t>(header); break;
+      case Region::first_chunk: hi = chunk; break;
+      case Region::middle_chunk: lo = chunks / 2 * chunk, hi = lo + chunk; break;
+      case Region::last_chunk: lo = (chunks - 1) * chunk; break;
+      case Region::anywhere: break;
+    }
+  } else {
+    RC_TAG(which == 3 ? "layout.json" : "latest");
+  }
+  const int flips = *rc::gen::inRange(1, 4);
+  for (int i = 0; i < flips; ++i) {
+    const int64_t at = *rc::gen::inRange<int64_t>(lo, hi);
+    bytes[static_cast<size_t>(at)] ^= static_cast<char>(*rc::gen::inRange(1, 256));
+  }
+  spit(path, bytes);
+  const std::string base = file.substr(file.find('/') + 1);
+  for (const ReadPath& p : read_paths()) {
+    const std::vector<std::string> errors = p.run(root);
+    if (errors.empty()) RC_FAIL(p.name + " loaded a checkpoint whose '" + file + "' was corrupted");
+    if (static_cast<int>(errors.size()) < p.ranks)
+      RC_FAIL(p.name + ": only " + std::to_string(errors.size()) + " of " + std::to_string(p.ranks) + " ranks failed: " +
+              errors.front());
+    for (const std::string& e : errors)
+      if (e.find(base) == std::string::npos) RC_FAIL(p.name + ": the error does not name '" + base + "': " + e);
+  }
+  remove_flat_dir(root + "/step_00000001");
+  remove_flat_dir(root + "/step_00000002");
+  std::remove((root + "/latest").c_str());
+  ::rmdir(root.c_str());
+}
+
+}  // namespace
+}  // namespace mfsdp

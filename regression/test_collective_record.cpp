@@ -1,0 +1,282 @@
+// What the backend itself recorded, not what the Communicator says it did:
+//  - whole training steps of every placement, at W = 3 and 5: per phase, the calls the backend saw
+//    equal the calls the Communicator counted (nothing bypassed it), and each phase holds what the
+//    placement claims — the owner runtime's optimizer step makes no collective at all, DDP
+//    never unshards, the baselines' steps communicate;
+//  - the check catches a bypass: a runner that issues one collective on the backend directly
+//    inside its step is flagged;
+//  - prefetch, read from the order of the backend's log: unit u+1's unshard is issued before unit
+//    u's forward compute begins, backward revives units in reverse order with unit u-1's revive
+//    issued before unit u's backward compute — and without prefetch neither holds, so the check
+//    tells the two apart.
+#include "core/dist/ranks.h"
+#include "core/dist/recording_backend.h"
+#include "harness/placements.h"
+
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <sstream>
+
+namespace mfsdp {
+namespace {
+
+TrainConfig small_config(Placement placement) {
+  TrainConfig c;
+  c.model = preset_config("tiny");
+  c.model.hidden = 32;
+  c.model.intermediate = 48;
+  c.model.layers = 2;
+  c.batch = 1;
+  c.seq = 8;
+  c.steps = 2;
+  c.runtime.optimizer = c.planner.optimizer = OptimizerKind::muon;
+  apply_placement(placement, c);
+  return c;
+}
+
+struct Case {
+  std::string name;
+  Placement placement;
+  bool prefetch = false;
+};
+
+// What one step's record must show for `placement`; empty when it does.
+std::vector<std::string> attribution_problems(const StepMetrics& m, Placement placement) {
+  std::vector<std::string> out;
+  auto calls = [&](Phase p) { return m.backend[static_cast<int>(p)].calls; };
+  for (int p = 0; p < kNumPhases; ++p) {
+    const Phase phase = static_cast<Phase>(p);
+    if (m.backend[p].calls != m.bytes[p].calls)
+      out.push_back(std::string("phase ") + to_string(phase) + ": the backend saw " + std::to_string(m.backend[p].calls) +
+                    " collectives, the Communicator counted " + std::to_string(m.bytes[p].calls) + " (a bypass)");
+  }
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) out.push_back(what);
+  };
+  expect(calls(Phase::checkpoint) == 0, "collectives in phase checkpoint without a checkpoint");
+  expect(calls(Phase::grad_reduce) > 0, "no gradient reduction");
+  switch (placement) {
+    case Placement::owner:
+      expect(calls(Phase::optimizer_step) == 0 && m.backend[static_cast<int>(Phase::optimizer_step)].bytes == 0,
+             "the owner step issued " + std::to_string(calls(Phase::optimizer_step)) + " collectives");
+      expect(calls(Phase::unshard) > 0, "the owner runtime never unsharded");
+      break;
+    case Placement::reconstruct:
+    case Placement::alltoall:
+      expect(calls(Phase::optimizer_step) > 0, "the even-matrix step communicated nothing");
+      expect(calls(Phase::unshard) > 0, "no unshard");
+      break;
+    case Placement::zero1:
+      expect(calls(Phase::optimizer_step) > 0, "ZeRO-1 did not broadcast its updated parameters");
+      break;
+    case Placement::ddp:
+      expect(calls(Phase::unshard) == 0, "DDP unsharded");
+      expect(calls(Phase::optimizer_step) == 0, "DDP's replicated step communicated");
+      break;
+  }
+  return out;
+}
+
+// Runs `c` on W thread ranks; returns every problem of every step on every rank. `wrap` may
+// replace the runner (to plant a bypass).
+std::vector<std::string> run_and_check(const TrainConfig& c, int W,
+                                       const std::function<std::unique_ptr<PlacementRunner>(
+                                           std::unique_ptr<PlacementRunner>, Communicator&)>& wrap = {}) {
+  std::mutex mutex;
+  std::vector<std::string> problems;
+  RanksOptions ranks;
+  ranks.world_size = W;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    train_loop(
+        ctx, c,
+        [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
+          std::unique_ptr<PlacementRunner> r = make_runner(model, comm, c, init);
+          return wrap ? wrap(std::move(r), comm) : std::move(r);
+        },
+        [&](const StepMetrics& m) {
+          for (const std::string& p : attribution_problems(m, c.placement)) {
+            std::lock_guard<std::mutex> lock(mutex);
+            problems.push_back("rank " + std::to_string(ctx.rank) + ", step " + std::to_string(m.step) + ": " + p);
+          }
+        });
+  });
+  return problems;
+}
+
+class WholeStep : public ::testing::TestWithParam<int> {};
+
+TEST_P(WholeStep, EveryPlacementsCollectivesAreWhereItSaysAndNoneBypassTheCommunicator) {
+  const int W = GetParam();
+  const std::vector<Case> cases{{"owner", Placement::owner},
+                                {"owner --prefetch", Placement::owner, true},
+                                {"reconstruct", Placement::reconstruct},
+                                {"alltoall", Placement::alltoall},
+                                {"zero1", Placement::zero1},
+                                {"ddp", Placement::ddp}};
+  for (const Case& k : cases) {
+    TrainConfig c = small_config(k.placement);
+    c.runtime.prefetch = k.prefetch;
+    for (const std::string& p : run_and_check(c, W)) ADD_FAILURE() << k.name << " at W=" << W << ": " << p;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, WholeStep, ::testing::Values(3, 5),
+                         [](const ::testing::TestParamInfo<int>& i) { return "W" + std::to_string(i.param); });
+
+// A runner whose step issues one all-reduce on the backend itself, under the optimizer-step phase
+// (what a careless "just sync this" inside an optimizer would do).
+class BypassingRunner : public PlacementRunner {
+ public:
+  BypassingRunner(std::unique_ptr<PlacementRunner> inner, Communicator& comm) : inner_(std::move(inner)), comm_(comm) {}
+  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
+    Result r = inner_->step(tokens, targets, before_backward);
+    PhaseScope phase(comm_, Phase::optimizer_step);
+    std::vector<at::Tensor> t{at::zeros({4})};
+    comm_.backend().allreduce(t)->wait();
+    return r;
+  }
+  ParamMap full_params() override { return inner_->full_params(); }
+  std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
+                              const std::string& sampler) override {
+    return inner_->save_checkpoint(root, step, config, sampler);
+  }
+  ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config) override {
+    return inner_->load_checkpoint(checkpoint, config);
+  }
+  uint64_t plan_hash() const override { return inner_->plan_hash(); }
+  int64_t resident_bytes() const override { return inner_->resident_bytes(); }
+  int64_t peak_gathered_bytes() const override { return inner_->peak_gathered_bytes(); }
+
+ private:
+  std::unique_ptr<PlacementRunner> inner_;
+  Communicator& comm_;
+};
+
+TEST(WholeStepCheck, CatchesACollectiveIssuedOnTheBackendDirectlyInsideTheStep) {
+  const std::vector<std::string> problems =
+      run_and_check(small_config(Placement::owner), 3, [](std::unique_ptr<PlacementRunner> r, Communicator& comm) {
+        return std::unique_ptr<PlacementRunner>(std::make_unique<BypassingRunner>(std::move(r), comm));
+      });
+  ASSERT_FALSE(problems.empty());
+  std::string all;
+  for (const std::string& p : problems) all += p + "\n";
+  EXPECT_NE(all.find("phase optimizer_step: the backend saw 1 collectives, the Communicator counted 0 (a bypass)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("the owner step issued 1 collectives"), std::string::npos) << all;
+}
+
+// ---- Prefetch, from the log -------------------------------------------------------------------
+
+// Positions in one rank's log of a one-step run.
+struct Timeline {
+  std::map<std::pair<std::string, int>, size_t> mark;  // ("forward" | "forward_done" | "backward", unit) -> index
+  std::map<int, size_t> first_unshard;                 // unit -> first unshard-phase collective (forward)
+  std::map<int, size_t> first_revive;                  // unit -> first unshard-phase collective after the forward
+  std::vector<int> revive_order;                       // units in the order their revives were first issued
+  std::map<int, size_t> first_reduce;                  // unit -> first grad_reduce collective
+  int units = 0;
+};
+
+Timeline timeline(const std::vector<BackendEvent>& log) {
+  Timeline t;
+  size_t forward_end = 0;
+  for (size_t i = 0; i < log.size(); ++i)
+    if (!log[i].collective && log[i].what == "forward_done") forward_end = i;
+  for (size_t i = 0; i < log.size(); ++i) {
+    const BackendEvent& e = log[i];
+    if (!e.collective) {
+      t.mark.emplace(std::make_pair(e.what, e.unit), i);
+      t.units = std::max(t.units, e.unit + 1);
+      continue;
+    }
+    if (e.unit < 0) continue;
+    if (e.phase == Phase::unshard && i < forward_end) t.first_unshard.emplace(e.unit, i);
+    if (e.phase == Phase::unshard && i > forward_end && t.first_revive.emplace(e.unit, i).second) t.revive_order.push_back(e.unit);
+    if (e.phase == Phase::grad_reduce) t.first_reduce.emplace(e.unit, i);
+  }
+  return t;
+}
+
+// What the log shows against what prefetch promises; empty when it keeps every promise.
+std::vector<std::string> prefetch_problems(const Timeline& t) {
+  std::vector<std::string> out;
+  const int L = t.units;
+  auto at = [&](const std::string& mark, int u) { return t.mark.at({mark, u}); };
+  for (int u = 0; u + 1 < L; ++u) {
+    if (!(t.first_unshard.at(u + 1) < at("forward", u)))
+      out.push_back("unit " + std::to_string(u + 1) + "'s unshard was issued after unit " + std::to_string(u) +
+                    "'s forward began");
+    if (u > 0 && !(t.first_unshard.at(u + 1) > at("forward", u - 1)))
+      out.push_back("unit " + std::to_string(u + 1) + "'s unshard was issued before unit " + std::to_string(u - 1) +
+                    "'s forward (more than one unit ahead)");
+  }
+  std::vector<int> reverse;
+  for (int u = L - 1; u >= 0; --u) reverse.push_back(u);
+  if (t.revive_order != reverse) {
+    std::ostringstream got;
+    for (int u : t.revive_order) got << u << " ";
+    out.push_back("backward revived units in the order " + got.str() + "(expected L-1 .. 0)");
+  }
+  for (int u = 1; u < L; ++u) {
+    if (!(t.first_revive.at(u - 1) < at("backward", u)))
+      out.push_back("unit " + std::to_string(u - 1) + "'s revive was issued after unit " + std::to_string(u) +
+                    "'s backward began");
+    if (!(t.first_revive.at(u - 1) > t.first_revive.at(u)))
+      out.push_back("unit " + std::to_string(u - 1) + " was revived before unit " + std::to_string(u));
+  }
+  for (int u = 0; u < L; ++u)
+    if (!(t.first_reduce.at(u) > at("backward", u)))
+      out.push_back("unit " + std::to_string(u) + "'s gradient was reduced before its backward began");
+  return out;
+}
+
+std::vector<std::vector<std::string>> prefetch_run(bool prefetch, int W) {
+  TrainConfig c = small_config(Placement::owner);
+  c.steps = 1;
+  c.runtime.prefetch = prefetch;
+  std::mutex mutex;
+  std::vector<std::vector<std::string>> per_rank(W);
+  RanksOptions ranks;
+  ranks.world_size = W;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    RecordingBackend& backend = *recording(ctx.backend);
+    backend.record_events(true);
+    train_placement(ctx, c);
+    backend.record_events(false);
+    const Timeline t = timeline(backend.events());
+    std::vector<std::string> problems;
+    if (t.units != TransformerModel(c.model).num_units())
+      problems.push_back("the log marks " + std::to_string(t.units) + " units");
+    else
+      problems = prefetch_problems(t);
+    std::lock_guard<std::mutex> lock(mutex);
+    per_rank[ctx.rank] = problems;
+  });
+  return per_rank;
+}
+
+TEST(Prefetch, TheLogShowsTheNextUnitIssuedBeforeEachComputeAndRevivesInReverse) {
+  for (int W : {3, 5}) {
+    const auto per_rank = prefetch_run(/*prefetch=*/true, W);
+    for (size_t r = 0; r < per_rank.size(); ++r)
+      for (const std::string& p : per_rank[r]) ADD_FAILURE() << "W=" << W << " rank " << r << ": " << p;
+  }
+}
+
+// The control: without prefetch the same check fails (on every rank), so it measures prefetch.
+TEST(Prefetch, WithoutPrefetchTheSameCheckFails) {
+  const auto per_rank = prefetch_run(/*prefetch=*/false, 3);
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    std::string all;
+    for (const std::string& p : per_rank[r]) all += p + "\n";
+    EXPECT_NE(all.find("unit 1's unshard was issued after unit 0's forward began"), std::string::npos) << "rank " << r << ":\n" << all;
+    EXPECT_NE(all.find("unit 0's revive was issued after unit 1's backward began"), std::string::npos) << "rank " << r << ":\n" << all;
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp

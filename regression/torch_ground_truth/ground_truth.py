@@ -1,0 +1,447 @@
+"""Stock PyTorch as external ground truth for `mfsdp train`.
+
+The tiny model, its initialisation and its batch sampler are rebuilt here in PyTorch from their
+definitions (core/train/model.cpp, core/train/data.cpp, core/dist/determinism.cpp), not read from
+the C++ side; then the model is trained with torch.optim.Muon (hidden matrices) and
+torch.optim.AdamW (embedding, norms, head) over W gloo processes whose gradients are averaged in
+rank order (summed 0..W-1 in float32, divided once, as docs/architecture.md's determinism
+contract says). Required bit for bit, at W = 1, 2 and 3:
+  - the initial parameters and every rank's batch of every step (against torch_ground_truth_dump,
+    which calls the same TransformerModel::init and ByteCorpus::batch that train_loop calls);
+  - every step's loss (mean over ranks, in double, as `mfsdp train --metrics` records it);
+  - the final parameters (`mfsdp export` of the last checkpoint);
+  - the final optimizer state: Muon's momentum_buffer, AdamW's exp_avg, exp_avg_sq and step,
+    assembled from the checkpoint's rank files.
+
+Then, measured and bounded, not bitwise:
+  - an idiomatic torch.nn version of the model (nn.Embedding, nn.RMSNorm, nn.Linear,
+    F.scaled_dot_product_attention with is_causal) on the C++ initial and final weights: loss and
+    gradients within IDIOMATIC_LOSS_RTOL / IDIOMATIC_GRAD_RTOL (why those values: see below);
+  - stock DistributedDataParallel at W = 3 (it scales each gradient by 1/W and sums with gloo's
+    ring): how far its averaged gradients and its trajectory are from the rank-order mean. This is
+    a report; it is expected to differ in the last bits.
+
+Usage: ground_truth.py --mfsdp BUILD/mfsdp --dump BUILD/.../torch_ground_truth_dump --work DIR
+Exit code 1 on any bitwise difference or a bound exceeded; prints "N passed, M failed".
+"""
+import argparse
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+CORPUS = "/usr/share/common-licenses/GPL-3"  # data.h's kDefaultCorpus
+VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS = 256, 64, 128, 2, 4  # the "tiny" preset (presets.cpp)
+RMS_EPS = 1e-6
+MUON_LR, ADAMW_LR = 0.02, 3e-3  # training_defaults() (core/plan/optimizer_config.cpp)
+SEED, BATCH, SEQ = 0, 4, 32      # mfsdp train's defaults
+STEPS = 4
+MASK64 = (1 << 64) - 1
+
+# The idiomatic model's bounds. Every op of both models is float32 and computes the same function;
+# they may differ only in how two ops accumulate: nn.RMSNorm (F.rms_norm's kernel instead of the
+# spelled-out mean/rsqrt) and scaled_dot_product_attention's CPU kernel (a blocked online softmax,
+# summing in another order than matmul -> softmax -> matmul). Such a reordering moves a
+# sum of at most S = 32 terms by a few float32 ulps (2^-24 ~ 6e-8 relative each); the gradients
+# pass through the attention backward of 2 blocks, so a few times that: measured 4.9e-7 (initial
+# weights) and 4.7e-7 (trained weights) relative to each tensor's largest element, and an
+# identical loss. The bounds leave a factor of 10 over the measurement and stay far below what a
+# wrong op produces (eps 1e-5 instead of 1e-6 in one RMSNorm moves the loss by 1.4e-4 relative;
+# a missing 1/sqrt(d) or a wrong mask by more than 1e-2).
+IDIOMATIC_LOSS_RTOL = 1e-6
+IDIOMATIC_GRAD_RTOL = 5e-6
+
+
+# ---- Generators, initialisation, sampler (from their definitions) ------------------------------
+
+def mix(x):
+    """splitmix64, as determinism.cpp's mix()."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def shared_generator(seed):
+    g = torch.Generator()
+    g.manual_seed(mix(seed))
+    return g
+
+
+def rank_generator(seed, rank):
+    g = torch.Generator()
+    g.manual_seed(mix((mix(seed) + rank + 1) & MASK64))
+    return g
+
+
+def param_specs():
+    """(name, shape, is_hidden_matrix) in transformer_spec's order: the order init draws in."""
+    out = [("embed.weight", (VOCAB, HIDDEN), False)]
+    for i in range(LAYERS):
+        p = f"layers.{i}."
+        out += [(p + "attn_norm.weight", (HIDDEN,), False),
+                (p + "attn.q.weight", (HIDDEN, HIDDEN), True),
+                (p + "attn.k.weight", (HIDDEN, HIDDEN), True),
+                (p + "attn.v.weight", (HIDDEN, HIDDEN), True),
+                (p + "attn.o.weight", (HIDDEN, HIDDEN), True),
+                (p + "mlp_norm.weight", (HIDDEN,), False),
+                (p + "mlp.gate.weight", (INTERMEDIATE, HIDDEN), True),
+                (p + "mlp.up.weight", (INTERMEDIATE, HIDDEN), True),
+                (p + "mlp.down.weight", (HIDDEN, INTERMEDIATE), True)]
+    out += [("norm.weight", (HIDDEN,), False), ("head.weight", (VOCAB, HIDDEN), False)]
+    return out
+
+
+def init_params(seed):
+    """TransformerModel::init: 2-D tensors N(0, 0.02) drawn in spec order from one generator; norms 1."""
+    g = shared_generator(seed)
+    params = {}
+    for name, shape, _ in param_specs():
+        if len(shape) == 1:
+            params[name] = torch.ones(shape) if "norm" in name else torch.zeros(shape)
+        else:
+            params[name] = torch.empty(shape, dtype=torch.float32).normal_(0.0, 0.02, generator=g)
+    return params
+
+
+def corpus_bytes():
+    return open(CORPUS, "rb").read()
+
+
+def batch(data, seed, step, rank, B, S):
+    """ByteCorpus::batch: B windows of S + 1 bytes at offsets drawn per (seed, step, rank)."""
+    g = rank_generator((seed * 1000003 + step) & MASK64, rank)
+    starts = torch.randint(len(data) - S, (B,), generator=g, dtype=torch.long).tolist()
+    tokens = torch.tensor([[data[s + i] for i in range(S)] for s in starts], dtype=torch.long)
+    targets = torch.tensor([[data[s + i + 1] for i in range(S)] for s in starts], dtype=torch.long)
+    return tokens, targets
+
+
+# ---- The model: the functional spelling (model.cpp's ops, in its order) and an idiomatic one ---
+
+def rms_norm(x, w):
+    return x * (x.pow(2).mean(-1, keepdim=True) + RMS_EPS).rsqrt() * w
+
+
+def functional_loss(p, tokens, targets):
+    x = F.embedding(tokens, p["embed.weight"])
+    B, S = tokens.shape
+    hd = HIDDEN // HEADS
+    for i in range(LAYERS):
+        pre = f"layers.{i}."
+        h = rms_norm(x, p[pre + "attn_norm.weight"])
+        q = F.linear(h, p[pre + "attn.q.weight"]).view(B, S, HEADS, hd).transpose(1, 2)
+        k = F.linear(h, p[pre + "attn.k.weight"]).view(B, S, HEADS, hd).transpose(1, 2)
+        v = F.linear(h, p[pre + "attn.v.weight"]).view(B, S, HEADS, hd).transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        future = torch.triu(torch.ones(S, S, dtype=torch.bool), 1)
+        scores = scores.masked_fill(future, -math.inf)
+        attn = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(B, S, HIDDEN)
+        y = x + F.linear(attn, p[pre + "attn.o.weight"])
+        h = rms_norm(y, p[pre + "mlp_norm.weight"])
+        mlp = F.linear(F.silu(F.linear(h, p[pre + "mlp.gate.weight"])) * F.linear(h, p[pre + "mlp.up.weight"]),
+                       p[pre + "mlp.down.weight"])
+        x = y + mlp
+    logits = F.linear(rms_norm(x, p["norm.weight"]), p["head.weight"])
+    return F.cross_entropy(logits.reshape(-1, VOCAB).to(torch.float32), targets.reshape(-1))
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (nn.Linear(HIDDEN, HIDDEN, bias=False) for _ in range(4))
+
+    def forward(self, h):
+        B, S, _ = h.shape
+        split = lambda t: t.view(B, S, HEADS, HIDDEN // HEADS).transpose(1, 2)
+        a = F.scaled_dot_product_attention(split(self.q(h)), split(self.k(h)), split(self.v(h)), is_causal=True)
+        return self.o(a.transpose(1, 2).reshape(B, S, HIDDEN))
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gate = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
+        self.up = nn.Linear(HIDDEN, INTERMEDIATE, bias=False)
+        self.down = nn.Linear(INTERMEDIATE, HIDDEN, bias=False)
+
+    def forward(self, h):
+        return self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn_norm, self.attn = nn.RMSNorm(HIDDEN, eps=RMS_EPS), Attention()
+        self.mlp_norm, self.mlp = nn.RMSNorm(HIDDEN, eps=RMS_EPS), Mlp()
+
+    def forward(self, x):
+        y = x + self.attn(self.attn_norm(x))
+        return y + self.mlp(self.mlp_norm(y))
+
+
+class Tiny(nn.Module):
+    """The same parameters under the same names as the C++ model (its state_dict loads an export)."""
+
+    def __init__(self, functional=False):
+        super().__init__()
+        self.functional = functional  # forward through functional_loss (exact) or the modules
+        self.embed = nn.Embedding(VOCAB, HIDDEN)
+        self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.norm = nn.RMSNorm(HIDDEN, eps=RMS_EPS)
+        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+
+    def forward(self, tokens, targets):
+        if self.functional:
+            return functional_loss(dict(self.named_parameters()), tokens, targets)
+        x = self.embed(tokens)
+        for block in self.layers:
+            x = block(x)
+        return F.cross_entropy(self.head(self.norm(x)).reshape(-1, VOCAB), targets.reshape(-1))
+
+
+# ---- Training over gloo processes -----------------------------------------------------------
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_optimizers(params):
+    hidden = {n for n, _, m in param_specs() if m}
+    muon = torch.optim.Muon([params[n] for n, _, _ in param_specs() if n in hidden], lr=MUON_LR)
+    adamw = torch.optim.AdamW([params[n] for n, _, _ in param_specs() if n not in hidden], lr=ADAMW_LR, foreach=False)
+    return muon, adamw
+
+
+def rank_main(rank, world_size, port, out_path, mode):
+    """mode "rank_order": grads all-gathered and averaged in rank order; "ddp": stock DDP."""
+    torch.set_num_threads(1)  # as the deterministic mode's one intra-op thread per rank
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    data = corpus_bytes()
+    init = init_params(SEED)
+    model = Tiny(functional=True)
+    model.load_state_dict(init)
+    params = dict(model.named_parameters())
+    ddp = torch.nn.parallel.DistributedDataParallel(model) if mode == "ddp" else None
+    muon, adamw = make_optimizers(params)
+    losses, grads_per_step = [], []
+    for step in range(STEPS):
+        tokens, targets = batch(data, SEED, step, rank, BATCH, SEQ)
+        for p in params.values():
+            p.grad = None
+        loss = (ddp or model)(tokens, targets)
+        loss.backward()
+        if mode == "rank_order":
+            for p in params.values():
+                parts = [torch.empty_like(p.grad) for _ in range(world_size)]
+                dist.all_gather(parts, p.grad.contiguous())
+                acc = parts[0].clone()
+                for r in range(1, world_size):
+                    acc.add_(parts[r])
+                acc.div_(world_size)
+                p.grad = acc
+        grads_per_step.append({n: p.grad.clone() for n, p in params.items()})
+        muon.step()
+        adamw.step()
+        local = torch.tensor([float(loss.item())], dtype=torch.float64)
+        gathered = [torch.empty_like(local) for _ in range(world_size)]
+        dist.all_gather(gathered, local)
+        mean = 0.0
+        for g in gathered:  # rank_agreement.cpp's mean_over_ranks: rank order, then / W
+            mean += g.item()
+        losses.append(mean / world_size)
+    # Every rank must end with the same parameters (replicas).
+    flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
+    copies = [torch.empty_like(flat) for _ in range(world_size)]
+    dist.all_gather(copies, flat)
+    replicas_equal = all(torch.equal(c.view(torch.int32), flat.view(torch.int32)) for c in copies)
+    if rank == 0:
+        state = {}
+        for opt in (muon, adamw):
+            for p, s in opt.state.items():
+                name = next(n for n, q in params.items() if q is p)
+                for k, v in s.items():
+                    state[f"{name}|{k}"] = v.clone()
+        torch.save({"losses": losses, "params": {n: p.detach().clone() for n, p in params.items()}, "state": state,
+                    "grads": grads_per_step, "replicas_equal": replicas_equal}, out_path)
+    dist.destroy_process_group()
+
+
+def train_torch(world_size, work, mode):
+    out = os.path.join(work, f"torch_{mode}_w{world_size}.pt")
+    mp.spawn(rank_main, args=(world_size, free_port(), out, mode), nprocs=world_size, join=True)
+    return torch.load(out)
+
+
+# ---- What mfsdp wrote ---------------------------------------------------------------------------
+
+def run(cmd):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit(f"ground_truth: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}")
+    return r.stdout
+
+
+def train_mfsdp(mfsdp, world_size, work):
+    d = os.path.join(work, f"mfsdp_w{world_size}")
+    os.makedirs(d, exist_ok=True)
+    metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
+    run([mfsdp, "train", "-w", str(world_size), "--launcher", "processes", "--steps", str(STEPS), "--seed", str(SEED),
+         "--batch", str(BATCH), "--seq", str(SEQ), "--metrics", metrics, "--checkpoint-dir", ck,
+         "--checkpoint-every", str(STEPS)])
+    run([mfsdp, "export", ck, "--out", model])
+    losses = [json.loads(line)["loss"] for line in open(metrics) if '"step"' in line]
+    step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
+    layout = json.load(open(f"{step_dir}/layout.json"))
+    pieces = {}  # (param, state) -> [(row_begin, tensor)]
+    for rank in layout["ranks"]:
+        with safe_open(f"{step_dir}/{rank['file']}", framework="pt") as f:
+            for rec in rank["tensors"]:
+                if rec["state"]:
+                    t = f.get_tensor(rec["tensor"])[: rec["rows"]]
+                    pieces.setdefault((rec["param"], rec["state"]), []).append((rec["row_begin"], t))
+    state = {}
+    for (param, name), parts in pieces.items():
+        parts.sort(key=lambda x: x[0])
+        state[f"{param}|{name}"] = torch.cat([t for _, t in parts]) if parts[0][1].dim() > 0 else parts[0][1]
+    steps = {}  # AdamW's step counter, recorded per optimizer
+    for rank in layout["ranks"]:
+        for o in rank.get("optimizers", []):
+            if "step" in o.get("scalars", {}):
+                steps[o["param"]] = o["scalars"]["step"]
+    return {"losses": losses, "params": load_file(model), "state": state, "steps": steps}
+
+
+# ---- Comparison ---------------------------------------------------------------------------------
+
+class Tally:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def check(self, ok, what, detail=""):
+        print(f"  {'ok  ' if ok else 'FAIL'} {what}{(': ' + detail) if detail else ''}")
+        if ok:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+
+def bits_equal(a, b):
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    view = {torch.float32: torch.int32, torch.float64: torch.int64}.get(a.dtype)
+    return torch.equal(a.view(view), b.view(view)) if view else torch.equal(a, b)
+
+
+def max_diff(a, b):
+    return (a.double() - b.double()).abs().max().item() if a.shape == b.shape else float("inf")
+
+
+def compare_dicts(tally, what, mine, theirs):
+    names = sorted(set(mine) | set(theirs))
+    missing = [n for n in names if n not in mine or n not in theirs]
+    bad = [n for n in names if n in mine and n in theirs and not bits_equal(mine[n], theirs[n])]
+    detail = f"{len(names) - len(missing) - len(bad)} of {len(names)} bitwise equal"
+    if missing:
+        detail += f"; missing on one side: {missing[:4]}"
+    if bad:
+        detail += f"; first difference in {bad[0]} (max |diff| {max_diff(mine[bad[0]], theirs[bad[0]]):.3g})"
+    tally.check(not missing and not bad, what, detail)
+
+
+def relative_error(a, b):
+    return (a - b).abs().max().item() / max(b.abs().max().item(), 1e-30)
+
+
+def check_idiomatic(tally, params, label, data):
+    tokens, targets = batch(data, SEED, 0, 0, BATCH, SEQ)
+    functional, idiomatic = Tiny(functional=True), Tiny()
+    functional.load_state_dict(params)
+    idiomatic.load_state_dict(params)
+    lf, li = functional(tokens, targets), idiomatic(tokens, targets)
+    lf.backward()
+    li.backward()
+    loss_err = abs(li.item() - lf.item()) / abs(lf.item())
+    gf, gi = dict(functional.named_parameters()), dict(idiomatic.named_parameters())
+    worst = max(((relative_error(gi[n].grad, gf[n].grad), n) for n in gf), key=lambda x: x[0])
+    tally.check(loss_err <= IDIOMATIC_LOSS_RTOL, f"idiomatic torch.nn model on the {label} weights: loss",
+                f"relative difference {loss_err:.3g} (bound {IDIOMATIC_LOSS_RTOL:g})")
+    tally.check(worst[0] <= IDIOMATIC_GRAD_RTOL, f"idiomatic torch.nn model on the {label} weights: gradients",
+                f"largest max|diff|/max|grad| {worst[0]:.3g} in {worst[1]} (bound {IDIOMATIC_GRAD_RTOL:g})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mfsdp", required=True)
+    ap.add_argument("--dump", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--world-sizes", default="1,2,3")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tally = Tally()
+    data = corpus_bytes()
+    world_sizes = [int(w) for w in args.world_sizes.split(",")]
+
+    print("initial parameters and batches, rebuilt in PyTorch vs the C++ init and sampler:")
+    run([args.dump, args.work, str(SEED), str(STEPS), str(max(world_sizes)), str(BATCH), str(SEQ)])
+    init = init_params(SEED)
+    compare_dicts(tally, "initial parameters (TransformerModel::init)", init, load_file(f"{args.work}/init.safetensors"))
+    dumped = load_file(f"{args.work}/batches.safetensors")
+    mine = {}
+    for s in range(STEPS):
+        for r in range(max(world_sizes)):
+            mine[f"tokens.s{s}.r{r}"], mine[f"targets.s{s}.r{r}"] = batch(data, SEED, s, r, BATCH, SEQ)
+    compare_dicts(tally, "every rank's batch of every step (ByteCorpus::batch)", mine, dumped)
+
+    for W in world_sizes:
+        print(f"W = {W}: torch.optim.Muon/AdamW over {W} gloo process(es), rank-order mean, vs mfsdp train:")
+        theirs = train_torch(W, args.work, "rank_order")
+        got = train_mfsdp(args.mfsdp, W, args.work)
+        tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
+        same_losses = len(got["losses"]) == STEPS and all(
+            a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
+        tally.check(same_losses, f"losses of {STEPS} steps",
+                    " ".join(float(x).hex() for x in got["losses"]) if same_losses else
+                    f"mfsdp {got['losses']} vs torch {theirs['losses']}")
+        compare_dicts(tally, "final parameters (mfsdp export)", got["params"], theirs["params"])
+        tensors = {k: v for k, v in theirs["state"].items() if not k.endswith("|step")}
+        compare_dicts(tally, "final optimizer state (momentum_buffer, exp_avg, exp_avg_sq)", got["state"], tensors)
+        torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
+        tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
+                    "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
+        if W == 1:
+            check_idiomatic(tally, init, "initial", data)
+            check_idiomatic(tally, got["params"], "final", data)
+        if W == 3:
+            ddp = train_torch(W, args.work, "ddp")
+            exact = theirs["grads"]
+            rows = []
+            for s in range(STEPS):
+                same = sum(bits_equal(ddp["grads"][s][n], exact[s][n]) for n in exact[s])
+                worst = max(relative_error(ddp["grads"][s][n], exact[s][n]) for n in exact[s])
+                rows.append(f"step {s + 1}: {same}/{len(exact[s])} gradients bitwise equal, largest relative "
+                            f"difference {worst:.3g}")
+            pdiff = max(max_diff(ddp["params"][n], theirs["params"][n]) for n in theirs["params"])
+            print("  report: stock DistributedDataParallel at W = 3 (grad / W, then gloo's ring sum) vs the rank-order "
+                  "mean:\n    " + "\n    ".join(rows) +
+                  f"\n    after {STEPS} steps: parameters max |diff| {pdiff:.3g}; losses " +
+                  " ".join(f"{a - b:+.3g}" for a, b in zip(ddp["losses"], theirs["losses"])))
+    print(f"{tally.passed} passed, {tally.failed} failed")
+    sys.exit(1 if tally.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
