@@ -3,7 +3,7 @@
 // every step's loss as an exact hex float and a digest (plus per-parameter CRC-32s) of the final
 // parameters, with the configuration and the platform fingerprint it was made on.
 //
-// Same fingerprint (torch version, CPU capability, device): exact comparison of every loss and
+// Same fingerprint (torch version, ATen CPU capability, oneDNN ISA, device): exact comparison of every loss and
 // the digest. Another platform: ATen's kernels may round differently, so losses are compared
 // within a relative 1e-3 per step (bf16 Newton–Schulz turns few-ULP differences into flipped
 // roundings, observed ~1e-4 relative over 20 steps in the fast-mode suite) and the digest is not
@@ -22,8 +22,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/headeronly/version.h>
 
+#include <dirent.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cinttypes>
 #include <cmath>
@@ -31,6 +33,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace mfsdp {
 namespace {
@@ -60,8 +64,44 @@ TrainConfig golden_config(int world_size, OptimizerKind optimizer) {
   return c;
 }
 
+// The instruction set oneDNN runs bf16 matmuls with (Newton–Schulz's, and torch's other oneDNN
+// kernels): it changes their rounding as much as ATen's capability does. oneDNN picks the best the
+// CPU has, capped by ONEDNN_MAX_CPU_ISA; libtorch does not export oneDNN's own query, so this reads
+// the CPU's flags the same way. Measured: ATen avx2 + oneDNN avx2 on an AVX512 EPYC reproduces the
+// set made on an AVX2-only EPYC bit for bit, and oneDNN's avx512_core / _vnni / _bf16 agree with
+// each other but not with avx2 (see golden/README.md).
+std::string onednn_isa() {
+  static const std::vector<std::string> order{"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni",
+                                              "avx512_core_bf16", "avx512_core_fp16", "avx512_core_amx"};
+  std::string flags;
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("flags", 0) == 0) {
+      flags = " " + line.substr(line.find(':') + 1) + " ";
+      break;
+    }
+  auto has = [&](const char* f) { return flags.find(std::string(" ") + f + " ") != std::string::npos; };
+  std::string isa = "sse41";
+  if (has("avx")) isa = "avx";
+  if (has("avx2")) isa = "avx2";
+  if (has("avx_vnni")) isa = "avx2_vnni";
+  if (has("avx512f") && has("avx512bw") && has("avx512vl") && has("avx512dq")) isa = "avx512_core";
+  if (isa == "avx512_core" && has("avx512_vnni")) isa = "avx512_core_vnni";
+  if (isa == "avx512_core_vnni" && has("avx512_bf16")) isa = "avx512_core_bf16";
+  if (isa == "avx512_core_bf16" && has("avx512_fp16")) isa = "avx512_core_fp16";
+  if (isa.rfind("avx512_core_", 0) == 0 && has("amx_bf16") && has("amx_tile")) isa = "avx512_core_amx";
+  if (const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA")) {
+    std::string c = cap;
+    for (char& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const auto at = std::find(order.begin(), order.end(), c), mine = std::find(order.begin(), order.end(), isa);
+    if (at != order.end() && at < mine) isa = c;
+  }
+  return isa;
+}
+
 nlohmann::ordered_json fingerprint() {
-  nlohmann::ordered_json f{{"torch_version", TORCH_VERSION}, {"cpu_capability", at::get_cpu_capability()}, {"device", golden_device()},
+  nlohmann::ordered_json f{{"torch_version", TORCH_VERSION}, {"cpu_capability", at::get_cpu_capability()},
+                           {"onednn_isa", onednn_isa()}, {"device", golden_device()},
           {"arch",
 #if defined(__x86_64__)
            "x86_64"
@@ -104,21 +144,33 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
 
 std::string golden_file(int W, OptimizerKind o) { return "tiny_w" + std::to_string(W) + "_" + to_string(o) + ".json"; }
 
-// This platform's golden: golden/cpu/<cpu capability>/ (lower case) or golden/cuda/.
+// This platform's golden: golden/cpu/<ATen capability>-<oneDNN ISA>/ (lower case) or golden/cuda/.
 std::string golden_path(int W, OptimizerKind o) {
   std::string dir = std::string(MFSDP_GOLDEN_DIR) + "/cuda";
   if (golden_device() == "cpu") {
     std::string cap = at::get_cpu_capability();
     for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    dir = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap;
+    dir = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap + "-" + onednn_isa();
   }
   return dir + "/" + golden_file(W, o);
 }
 
-// Where no golden was made on this platform: the first CPU one there is (compared within kTolerance).
+// Where no golden was made on this platform: another CPU set (compared within kTolerance), one with
+// the same ATen capability first.
 std::string other_platform_golden(int W, OptimizerKind o) {
-  for (const char* cap : {"avx2", "avx512", "default"}) {
-    const std::string p = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap + "/" + golden_file(W, o);
+  std::vector<std::string> sets;
+  const std::string root = std::string(MFSDP_GOLDEN_DIR) + "/cpu";
+  if (DIR* d = ::opendir(root.c_str())) {
+    while (dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') sets.push_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(sets.begin(), sets.end());
+  std::string cap = at::get_cpu_capability();
+  for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::stable_partition(sets.begin(), sets.end(), [&](const std::string& s) { return s.rfind(cap + "-", 0) == 0; });
+  for (const std::string& set : sets) {
+    const std::string p = root + "/" + set + "/" + golden_file(W, o);
     struct stat st {};
     if (::stat(p.c_str(), &st) == 0) return p;
   }

@@ -75,6 +75,14 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     || die "pip could not install ${need_pkgs[*]}; run: $venv/bin/pip install ${need_pkgs[*]}"
 fi
 
+# The external optimizer library the Shampoo/SOAP conformance test compares with, pinned (the
+# test cites its source by line); --no-deps: it needs only torch and numpy, installed above.
+ext_opt="pytorch-optimizer==4.1.0"
+"$venv/bin/python" -c "import importlib.metadata as m; assert m.version('pytorch-optimizer') == '${ext_opt#*==}'" 2>/dev/null || {
+  say "installing into $venv: $ext_opt"
+  "$venv/bin/pip" install -q --no-deps "$ext_opt" || die "pip could not install $ext_opt; run: $venv/bin/pip install --no-deps $ext_opt"
+}
+
 # The CUDA headers the NCCL backend's translation unit includes, without a CUDA toolkit: the torch
 # wheel's nvidia-* dependencies bring the runtime headers but not crt/ (nvidia-cuda-crt) nor
 # libcu++'s nv/target (nvidia-cuda-cccl); both are headers-only wheels of torch's CUDA version.
