@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -87,15 +88,36 @@ PlannerOptions planner_options(const PlanArgs& a) {
     for (auto& [name, rank] : j.items()) {
       TORCH_CHECK(rank.is_number_integer(), "plan: --assign ", a.assign_file, ": '", name, "' maps to ", rank.dump(),
                   ", not a rank");
-      o.explicit_owners[name] = rank.get<int>();
+      // Checked as the 64-bit value JSON holds: 4294967297 is not rank 1.
+      const bool fits = rank.is_number_unsigned() ? rank.get<uint64_t>() < static_cast<uint64_t>(a.world_size)
+                                                  : rank.get<int64_t>() >= 0 && rank.get<int64_t>() < a.world_size;
+      TORCH_CHECK(fits, "plan: --assign ", a.assign_file, ": '", name, "' maps to rank ", rank.dump(), ", outside [0, ",
+                  a.world_size, ") for -w ", a.world_size);
+      o.explicit_owners[name] = static_cast<int>(rank.get<int64_t>());
     }
+  } else {
+    TORCH_CHECK(a.assign_file.empty(), "plan: --assign is used only with --planner explicit (the planner is ", a.planner, ")");
   }
   return o;
 }
 
-std::string gib(double bytes) {
+// One unit for a whole table, the largest in which its largest value is at least 1 (KiB for the
+// tiny model, GiB for the large presets), so no column reads 0.000 everywhere.
+struct ByteUnit {
+  const char* name;
+  double bytes;
+};
+
+ByteUnit unit_for(double largest) {
+  if (largest >= double(int64_t{1} << 40)) return {"TiB", double(int64_t{1} << 40)};
+  if (largest >= double(int64_t{1} << 30)) return {"GiB", double(int64_t{1} << 30)};
+  if (largest >= double(int64_t{1} << 20)) return {"MiB", double(int64_t{1} << 20)};
+  return {"KiB", 1024.0};
+}
+
+std::string in_unit(double bytes, const ByteUnit& u) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.3f", bytes / (1024.0 * 1024.0 * 1024.0));
+  std::snprintf(buf, sizeof(buf), "%.3f", bytes / u.bytes);
   return buf;
 }
 
@@ -148,23 +170,35 @@ int run_plan(const PlanArgs& a) {
   std::printf("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n\n",
               a.world_size, to_string(options.planner), to_string(options.tail_policy), to_string(options.optimizer),
               a.prefetch, plan->hash_hex().c_str(), plan_seconds);
-  std::printf("%5s %8s %5s %10s %10s %10s %11s %14s %13s %10s\n", "rank", "matrices", "tails", "params GiB",
-              "grads GiB", "state GiB", "resident GiB", "opt GFLOP/step", "unshard GiB", "peak GiB");
+  double largest = 0;
+  for (const RankUsage& r : usage.ranks) largest = std::max({largest, double(r.peak_bytes), double(r.resident_bytes)});
+  for (const auto& p : usage.placements) largest = std::max(largest, double(p.max_peak_bytes));
+  const ByteUnit u = unit_for(largest);
+  const double flop_max = [&] {
+    double m = 0;
+    for (const RankUsage& r : usage.ranks) m = std::max(m, 2 * r.optimizer_cost);
+    return m;
+  }();
+  const bool mflop = flop_max < 1e9;
+  auto head = [&](const char* what) { return std::string(what) + " " + u.name; };
+  std::printf("%5s %8s %5s %10s %10s %10s %12s %14s %13s %10s\n", "rank", "matrices", "tails", head("params").c_str(),
+              head("grads").c_str(), head("state").c_str(), head("resident").c_str(),
+              mflop ? "opt MFLOP/step" : "opt GFLOP/step", head("unshard").c_str(), head("peak").c_str());
   for (const RankUsage& r : usage.ranks) {
-    std::printf("%5d %8d %5d %10s %10s %10s %11s %14.1f %13s %10s\n", r.rank, r.owned_matrices, r.owned_tails,
-                gib(r.param_bytes).c_str(), gib(r.grad_bytes).c_str(), gib(r.state_bytes).c_str(),
-                gib(r.resident_bytes).c_str(), 2 * r.optimizer_cost / 1e9, gib(r.unshard_recv_bytes).c_str(),
-                gib(r.peak_bytes).c_str());
+    std::printf("%5d %8d %5d %10s %10s %10s %12s %14.1f %13s %10s\n", r.rank, r.owned_matrices, r.owned_tails,
+                in_unit(r.param_bytes, u).c_str(), in_unit(r.grad_bytes, u).c_str(), in_unit(r.state_bytes, u).c_str(),
+                in_unit(r.resident_bytes, u).c_str(), 2 * r.optimizer_cost / (mflop ? 1e6 : 1e9),
+                in_unit(r.unshard_recv_bytes, u).c_str(), in_unit(r.peak_bytes, u).c_str());
   }
   std::printf("\nimbalance (max/mean): resident bytes %.4f, optimizer cost %.4f\n\n", usage.bytes_imbalance,
               usage.cost_imbalance);
-  std::printf("memory per rank by placement (GiB)      max resident   mean resident   max peak\n");
+  std::printf("memory per rank by placement (%s)      max resident   mean resident   max peak\n", u.name);
   const char* what[] = {"owner  (this plan: owned matrices whole)", "zero3  (FSDP2 even shards, reconstruct) ",
                         "zero1  (full params, state on owners)  ", "ddp    (everything everywhere)         "};
   for (size_t i = 0; i < usage.placements.size(); ++i) {
     const auto& p = usage.placements[i];
-    std::printf("  %s %12s %15s %10s\n", what[i], gib(p.max_resident_bytes).c_str(),
-                gib(p.mean_resident_bytes).c_str(), gib(p.max_peak_bytes).c_str());
+    std::printf("  %s %12s %15s %10s\n", what[i], in_unit(p.max_resident_bytes, u).c_str(),
+                in_unit(p.mean_resident_bytes, u).c_str(), in_unit(p.max_peak_bytes, u).c_str());
   }
   if (a.recommend) {
     std::printf("\nrecommendation (balanced planner, bound %.2f on both imbalances):\n", a.bound);

@@ -16,6 +16,8 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -64,6 +66,7 @@ struct TrainArgs {
   int checkpoint_every = 0;
   bool resume = false;
   std::string resume_from;
+  bool overwrite_checkpoints = false;
   std::vector<std::string> groups;
 };
 
@@ -114,8 +117,21 @@ TrainConfig make_config(const TrainArgs& a) {
   if (a.kill_in_checkpoint.size() == 2) c.kill_rank_in_checkpoint = std::make_pair(a.kill_in_checkpoint[0], a.kill_in_checkpoint[1]);
   TORCH_CHECK(a.checkpoint_every == 0 || !a.checkpoint_dir.empty(), "train: --checkpoint-every needs --checkpoint-dir");
   TORCH_CHECK(!a.resume || !a.checkpoint_dir.empty(), "train: --resume needs --checkpoint-dir (or use --resume-from PATH)");
+  // Files and directories, checked here rather than by every rank, or after training.
+  if (!a.metrics.empty()) check_output_path(a.metrics, "train: --metrics");
+  const std::string data = a.data.empty() ? kDefaultCorpus : a.data;
+  check_input_file(data, "train: --data", int64_t{1} << 30);
+  struct stat st {};
+  TORCH_CHECK(::stat(data.c_str(), &st) == 0 && st.st_size >= a.seq + 1, "train: --data: '", data, "' has ",
+              static_cast<int64_t>(st.st_size), " bytes; a sequence of --seq ", a.seq, " needs ", a.seq + 1);
+  if (!a.checkpoint_dir.empty()) check_output_dir(a.checkpoint_dir, "train: --checkpoint-dir");
+  if (!a.resume_from.empty()) TORCH_CHECK(path_exists(a.resume_from), "train: --resume-from: '", a.resume_from, "' does not exist");
+  TORCH_CHECK(!a.overwrite_checkpoints || !a.checkpoint_dir.empty(), "train: --overwrite-checkpoints needs --checkpoint-dir");
+  TORCH_CHECK(!a.overwrite_checkpoints || (!a.resume && a.resume_from.empty()),
+              "train: --overwrite-checkpoints starts a new run; it cannot be combined with --resume or --resume-from");
   c.checkpoint_dir = a.checkpoint_dir;
   c.checkpoint_every = a.checkpoint_every;
+  c.overwrite_checkpoints = a.overwrite_checkpoints;
   // --resume: continue from the directory's latest checkpoint if it has one (a fresh start if not,
   // so one command line serves the first run and every restart); --resume-from: that checkpoint.
   if (!a.resume_from.empty()) c.resume_from = a.resume_from;
@@ -174,6 +190,11 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
       }
       metrics->write(j.dump() + "\n");
     }
+  };
+  config.on_notice = [&](const std::string& notice) {
+    if (ctx.rank != 0) return;
+    std::printf("train: %s\n", notice.c_str());
+    std::fflush(stdout);
   };
   config.on_resume = [&](const ResumeInfo& r) {
     if (ctx.rank != 0) return;
@@ -302,7 +323,7 @@ void add_train_command(CLI::App& app, Action& run) {
       ->check(CLI::IsMember({"gloo", "nccl"}));
   cmd->add_option("--metrics", a->metrics, "Write JSON lines (one per step, then a summary) to this file");
   cmd->add_option("--data", a->data, std::string("Training text (default: ") + kDefaultCorpus + ")");
-  cmd->add_option("--seed", a->seed, "Seed of weights and batches");
+  cmd->add_option("--seed", a->seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective or a lost rank fails the run")->check(CLI::Range(1, 3600));
   add_enum_option(cmd, "--on-non-finite", a->on_non_finite, kNonFinitePolicyNames, "A step with a non-finite gradient");
   cmd->add_option("--layers", a->layers, "Transformer blocks")->check(CLI::Range(1, 64));
@@ -319,6 +340,8 @@ void add_train_command(CLI::App& app, Action& run) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_flag("--resume", a->resume, "Continue from --checkpoint-dir's latest checkpoint, if any (any world size, planner, tail policy)");
   cmd->add_option("--resume-from", a->resume_from, "Continue from this checkpoint (a step directory or a checkpoint directory)");
+  cmd->add_flag("--overwrite-checkpoints", a->overwrite_checkpoints,
+                "Start a new run in a --checkpoint-dir that holds another run's checkpoints, removing them");
   cmd->callback([&run, a] { run = [a] { return run_train(*a); }; });
 }
 

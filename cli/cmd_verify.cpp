@@ -129,7 +129,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--steps", a->steps, "Steps")->check(CLI::Range(1, 100000));
   cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
-  cmd->add_option("--seed", a->seed, "Seed");
+  cmd->add_option("--seed", a->seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
   cmd->add_flag("--fast", a->fast, "Runtime uses the fast (native reduce) gradient reduction: expect small differences");

@@ -35,6 +35,18 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A seed: an unsigned 64-bit integer. CLI11 would wrap "-1" to 2^64 - 1; this refuses a sign.
+inline CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const bool digits = !value.empty() && value.find_first_not_of("0123456789") == std::string::npos;
+        return digits && (value.size() < 20 || (value.size() == 20 && value <= "18446744073709551615"))
+                   ? std::string()
+                   : "must be an integer from 0 to 2^64-1, got " + value;
+      },
+      "UINT64");
+}
+
 // How ranks run: threads of this process over a shared store, or processes (mfsdp launch).
 enum class Launcher { threads, processes };
 constexpr NameTable<Launcher, 2> kLauncherNames{{{Launcher::threads, "threads"}, {Launcher::processes, "processes"}}};

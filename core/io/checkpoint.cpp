@@ -1,5 +1,7 @@
 #include "core/io/checkpoint.h"
 
+#include "core/io/checkpoint_dir.h"
+
 #include "core/dist/rank_agreement.h"
 #include "core/util/crc32.h"
 #include "core/util/files.h"
@@ -98,6 +100,12 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
   std::string error;
   if (me == 0) error = error_of([&] {
       make_dirs(root);
+      if (!ctx.allow_rollback) {
+        const std::optional<int64_t> newest = latest_step(root);
+        TORCH_CHECK(!newest || *newest <= ctx.step, "checkpoint: '", root, "/latest' names step ", *newest,
+                    ", newer than step ", ctx.step, " being written: refusing to move it backwards (another run writes "
+                    "into this directory; to roll back on purpose, resume with --resume-from an earlier step)");
+      }
       remove_flat_dir(tmp_dir);
       TORCH_CHECK(::mkdir(tmp_dir.c_str(), 0755) == 0, "checkpoint: cannot create '", tmp_dir, "': ", std::strerror(errno));
     });
@@ -196,7 +204,16 @@ std::string resolve_checkpoint(const std::string& path) {
     const std::string latest = path + "/latest";
     const LatestRecord rec = parse_latest(read_file(latest, "checkpoint", 4096), latest);
     const std::string dir = path + "/" + rec.name;
-    TORCH_CHECK(path_exists(dir + "/layout.json"), "checkpoint: '", latest, "' names '", rec.name, "', which has no layout.json");
+    if (!path_exists(dir + "/layout.json")) {
+      const std::vector<int64_t> steps = committed_steps(path);
+      std::string valid;
+      for (int64_t s : steps) valid += (valid.empty() ? "" : ", ") + step_dir_name(s);
+      TORCH_CHECK(false, "checkpoint: '", latest, "' names '", rec.name, "', which ",
+                  path_exists(dir) ? "has no layout.json" : "does not exist",
+                  steps.empty() ? std::string("; the directory holds no committed checkpoint")
+                                : "; committed checkpoints there: " + valid + " (resume one with --resume-from " + path + "/" +
+                                      step_dir_name(steps.back()) + ")");
+    }
     if (rec.has_layout_crc32) {
       const std::string text = read_file(dir + "/layout.json", "checkpoint", int64_t{256} << 20);
       const uint32_t actual = crc32(text.data(), text.size());

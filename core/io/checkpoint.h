@@ -24,6 +24,9 @@ struct CheckpointContext {
   nlohmann::json model;       // the model's configuration
   nlohmann::json optimizers;  // kinds, hyperparameters, groups (optimizers_to_json)
   nlohmann::json sampler;     // this rank's data sampler
+  // `latest` may move backwards (a run resumed from an earlier step rolls back); otherwise a
+  // `latest` naming a newer step than this one refuses the commit (another run writes here).
+  bool allow_rollback = false;
   // Fault injection for tests: called after this rank's file is written, before the commit.
   std::function<void()> after_rank_file;
 };

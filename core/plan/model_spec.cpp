@@ -7,6 +7,7 @@
 
 #include <cctype>
 #include <map>
+#include <cstdint>
 #include <set>
 
 namespace mfsdp {
@@ -97,10 +98,16 @@ ParamKind infer_kind(const std::string& name, const std::vector<int64_t>& shape)
   return ParamKind::hidden_matrix;
 }
 
+namespace {
+constexpr int64_t kMaxParamElements = int64_t{1} << 50;
+constexpr int64_t kMaxModelElements = int64_t{1} << 52;
+}  // namespace
+
 void validate(const ModelSpec& spec) {
   TORCH_CHECK(!spec.params.empty(), "model spec '", spec.name, "': has no parameters");
   std::set<std::string> names;
   std::map<std::string, std::pair<c10::ScalarType, std::string>> unit_dtype;
+  int64_t total = 0;
   for (const auto& p : spec.params) {
     TORCH_CHECK(!p.name.empty(), "model spec '", spec.name, "': a parameter has an empty name");
     TORCH_CHECK(names.insert(p.name).second, "model spec '", spec.name, "': parameter '", p.name,
@@ -108,10 +115,18 @@ void validate(const ModelSpec& spec) {
     TORCH_CHECK(!p.unit.empty(), "model spec '", spec.name, "': parameter '", p.name, "' is in no unit");
     TORCH_CHECK(!p.shape.empty(), "model spec '", spec.name, "': parameter '", p.name,
                 "' is a scalar (0-d); give it shape [1]");
+    // Sizes the planner and the memory model can compute with in int64 (bytes, FLOPs, sums over
+    // ranks) without overflow: at most 2^50 elements a parameter, 2^52 in all.
+    int64_t numel = 1;
     for (int64_t d : p.shape) {
       TORCH_CHECK(d > 0, "model spec '", spec.name, "': parameter '", p.name, "' has a dimension ", d,
                   " (every dimension must be positive)");
+      TORCH_CHECK(d <= kMaxParamElements / numel, "model spec '", spec.name, "': parameter '", p.name,
+                  "' has more than 2^50 elements (dimension ", d, " after ", numel, "), larger than any model this sizes");
+      numel *= d;
     }
+    total += numel;
+    TORCH_CHECK(total <= kMaxModelElements, "model spec '", spec.name, "': more than 2^52 elements in all (at '", p.name, "')");
     TORCH_CHECK(supported_dtype(p.dtype), "model spec '", spec.name, "': parameter '", p.name,
                 "' has unsupported dtype ", c10::toString(p.dtype));
     TORCH_CHECK(p.kind != ParamKind::hidden_matrix || p.shape.size() == 2, "model spec '", spec.name,
@@ -152,6 +167,8 @@ ModelSpec model_spec_from_json(const std::string& text, const std::string& sourc
     p.name = e["name"].get<std::string>();
     for (const auto& d : e["shape"]) {
       TORCH_CHECK(d.is_number_integer(), where("shape"), ": '", d.dump(), "' is not an integer");
+      TORCH_CHECK(!d.is_number_unsigned() || d.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), where("shape"), ": ",
+                  d.dump(), " does not fit in a signed 64-bit integer");
       p.shape.push_back(d.get<int64_t>());
     }
     if (e.contains("dtype")) {

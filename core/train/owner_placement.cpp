@@ -51,6 +51,7 @@ class OwnerRunner : public PlacementRunner {
     ctx.model = model_config_json(config.model);
     ctx.optimizers = optimizers_to_json(config.runtime);
     ctx.sampler = nlohmann::json::parse(sampler);
+    ctx.allow_rollback = config.checkpoint_rollback;
     const auto& kill_at = config.kill_rank_in_checkpoint;
     if (kill_at && kill_at->first == rt_.comm().rank() && kill_at->second == step)
       ctx.after_rank_file = [] { kill(getpid(), SIGKILL); };  // a rank lost mid-checkpoint, for the fault tests

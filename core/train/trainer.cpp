@@ -2,6 +2,8 @@
 
 #include "core/dist/rank_agreement.h"
 #include "core/io/checkpoint.h"
+#include "core/io/checkpoint_dir.h"
+#include "core/util/files.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -11,6 +13,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <memory>
 
 namespace mfsdp {
 
@@ -54,6 +59,73 @@ std::vector<std::string> sampler_differences(const std::string& recorded_text, c
   return out;
 }
 
+// The directory `checkpoint` (a step directory) is in, resolved; "" when it cannot be.
+std::string real_parent(const std::string& checkpoint) {
+  const size_t slash = checkpoint.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : checkpoint.substr(0, slash);
+  char buf[PATH_MAX];
+  return ::realpath(parent.empty() ? "/" : parent.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+std::string real_path(const std::string& path) {
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+std::string steps_text(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (i == 3 && steps.size() > 5) {
+      out += ", ..., " + std::to_string(steps.back());
+      break;
+    }
+    out += (i ? ", " : "") + std::to_string(steps[i]);
+  }
+  return out;
+}
+
+// Rank 0, under the directory's lock: refuses a directory holding another run's checkpoints (or
+// removes them, when told to), and finds whether resuming rolls `latest` back. `resumed` is the
+// resolved checkpoint this run continues from ("" for none).
+void claim_checkpoint_dir(TrainConfig& run, const std::string& resumed) {
+  const std::string& dir = run.checkpoint_dir;
+  const std::vector<int64_t> steps = committed_steps(dir);
+  const bool has_latest = path_exists(dir + "/latest");
+  if (steps.empty() && !has_latest) return;
+  const bool continues = !resumed.empty() && real_parent(resumed) == real_path(dir);
+  if (run.overwrite_checkpoints) {
+    TORCH_CHECK(resumed.empty(), "train: --overwrite-checkpoints starts a new run; it cannot be combined with resuming");
+    std::remove((dir + "/latest").c_str());  // first: never a `latest` naming a removed step
+    for (int64_t s : steps) remove_flat_dir(dir + "/" + step_dir_name(s));
+    if (run.on_notice)
+      run.on_notice("--overwrite-checkpoints: removed " + std::to_string(steps.size()) + " checkpoint(s) (steps " +
+                    steps_text(steps) + ")" + (has_latest ? " and latest" : "") + " from " + dir);
+    return;
+  }
+  std::string latest = "no latest";
+  try {
+    if (auto l = latest_step(dir)) latest = "latest: step " + std::to_string(*l);
+  } catch (const std::exception& e) {
+    latest = "an unreadable latest";
+  }
+  TORCH_CHECK(continues, "train: --checkpoint-dir '", dir, "' already holds checkpoints of another run (", latest,
+              steps.empty() ? std::string() : "; steps " + steps_text(steps),
+              "); pass --resume to continue it, --resume-from one of its steps to roll back to it, or "
+              "--overwrite-checkpoints to remove them");
+  // Continuing from one of its own steps: a rollback when that step is older than `latest`.
+  const std::optional<int64_t> l = latest_step(dir);
+  const std::string name = resumed.substr(resumed.find_last_of('/') + 1);
+  int64_t from = -1;
+  for (int64_t s : steps)
+    if (step_dir_name(s) == name) from = s;
+  if (l && from >= 0 && from < *l) {
+    run.checkpoint_rollback = true;
+    if (run.on_notice)
+      run.on_notice("rolling back: " + dir + "/latest names step " + std::to_string(*l) + "; this run continues from step " +
+                    std::to_string(from) + ", and its checkpoints replace the later ones (latest moves back)");
+  }
+}
+
 }  // namespace
 
 TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const PlacementRunnerFactory& make,
@@ -68,14 +140,39 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
   const ByteCorpus corpus = ByteCorpus::load(config.data);
   const at::Device device = config.runtime.device;
   Communicator comm(ctx.backend);
+  TrainConfig run = config;
+  // Where this run resumes from, and the checkpoint directory claimed for it (rank 0 holds the
+  // lock until the loop ends); a failure on any rank fails every rank, before any step.
+  std::string resumed;
+  std::unique_ptr<CheckpointDirLock> lock;
+  std::vector<std::string> allowed;
+  std::string error = error_of([&] {
+    if (!config.resume_from.empty()) {
+      resumed = resolve_checkpoint(config.resume_from);
+      const SettingsDiff d =
+          compare_settings(read_layout(resumed), model_config_json(config.model), optimizers_to_json(config.runtime));
+      if (!d.refused.empty()) {
+        std::string all;
+        for (const std::string& r : d.refused) all += (all.empty() ? "" : "; ") + r;
+        TORCH_CHECK(false, "train: cannot resume from '", resumed, "' with other settings: ", all);
+      }
+      allowed = d.allowed;
+    }
+    if (!config.checkpoint_dir.empty() && ctx.rank == 0) {
+      lock = std::make_unique<CheckpointDirLock>(config.checkpoint_dir);
+      claim_checkpoint_dir(run, resumed);
+    }
+  });
+  fail_together(comm, error, "train: preparing the run");
   std::unique_ptr<PlacementRunner> stepper = make(model, comm, model.init(config.seed, device));
   TrainResult result;
   result.plan_hash = stepper->plan_hash();
   int start = 0;
   if (!config.resume_from.empty()) {
-    result.resumed = stepper->load_checkpoint(resolve_checkpoint(config.resume_from), config);
+    result.resumed = stepper->load_checkpoint(resumed, config);
     result.resumed.warnings =
         sampler_differences(result.resumed.sampler, sampler_json(config, corpus, ctx.rank, ctx.world_size, result.resumed.step));
+    for (const std::string& a : allowed) result.resumed.warnings.push_back(a + " (allowed: a learning rate may change on resume)");
     TORCH_CHECK(result.resumed.step <= INT32_MAX, "train: checkpoint step ", result.resumed.step, " is out of range");
     start = static_cast<int>(result.resumed.step);
     if (config.on_resume) config.on_resume(result.resumed);
@@ -103,7 +200,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
         (m.step % config.checkpoint_every == 0 || m.step == config.steps)) {
       const auto t0 = std::chrono::steady_clock::now();
       result.checkpoints.push_back(stepper->save_checkpoint(
-          config.checkpoint_dir, m.step, config, sampler_json(config, corpus, ctx.rank, ctx.world_size, m.step).dump()));
+          config.checkpoint_dir, m.step, run, sampler_json(config, corpus, ctx.rank, ctx.world_size, m.step).dump()));
       m.checkpoint_s = seconds_since(t0);
       m.checkpoint = result.checkpoints.back();
     }

@@ -46,6 +46,13 @@ struct TrainConfig {
   // step 0, on any world size, planner or tail policy; `steps` stays the total step count.
   std::string resume_from;
   std::function<void(const ResumeInfo&)> on_resume;  // told what was loaded, before the first step
+  // checkpoint_dir holds checkpoints this run does not continue from (another run's): refused
+  // unless this is set, and then they are removed before the first step (said via on_notice).
+  bool overwrite_checkpoints = false;
+  // Set by train_loop, not by callers: resuming from an earlier step of checkpoint_dir than its
+  // `latest` (a rollback), so the checkpoints written from there may move `latest` backwards.
+  bool checkpoint_rollback = false;
+  std::function<void(const std::string&)> on_notice;  // rank 0: what the loop did to checkpoint_dir
 };
 
 

@@ -15,8 +15,12 @@
 namespace mfsdp {
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  // Refused before anything is written (not at the final rename, after all the work).
+  struct stat st {};
+  TORCH_CHECK(!path_.empty(), "cannot write a file with an empty name");
+  TORCH_CHECK(::stat(path_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), "cannot write '", path_, "': it is a directory");
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TORCH_CHECK(fd_ >= 0, "cannot create '", tmp_, "': ", std::strerror(errno));
+  TORCH_CHECK(fd_ >= 0, "cannot write '", path_, "' (its temporary '", tmp_, "'): ", std::strerror(errno));
 }
 
 AtomicFile::~AtomicFile() {
@@ -64,7 +68,7 @@ std::string read_file(const std::string& path, const std::string& what, int64_t 
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     const bool dir = S_ISDIR(st.st_mode);
     ::close(fd);
-    TORCH_CHECK(false, what, ": '", path, "' is ", dir ? "a directory" : "not a regular file", ", not a file");
+    TORCH_CHECK(false, what, ": '", path, "' is ", dir ? "a directory, not a file" : "not a regular file (a device, pipe or socket)");
   }
   if (st.st_size > max_bytes) {
     ::close(fd);
@@ -133,6 +137,52 @@ void fsync_path(const std::string& path) {
   const int rc = ::fsync(fd);
   ::close(fd);
   TORCH_CHECK(rc == 0, "cannot sync '", path, "': ", std::strerror(errno));
+}
+
+}  // namespace mfsdp
+
+namespace mfsdp {
+
+void check_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  struct stat st {};
+  TORCH_CHECK(::stat(path.c_str(), &st) == 0, what, ": cannot read '", path, "': ", std::strerror(errno));
+  TORCH_CHECK(!S_ISDIR(st.st_mode), what, ": '", path, "' is a directory, not a file");
+  TORCH_CHECK(S_ISREG(st.st_mode), what, ": '", path, "' is not a regular file (a device, pipe or socket)");
+  TORCH_CHECK(::access(path.c_str(), R_OK) == 0, what, ": cannot read '", path, "': ", std::strerror(errno));
+  TORCH_CHECK(st.st_size <= max_bytes, what, ": '", path, "' has ", static_cast<int64_t>(st.st_size), " bytes, more than the ",
+              max_bytes, " allowed");
+}
+
+namespace {
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+}  // namespace
+
+void check_output_path(const std::string& path, const std::string& what) {
+  TORCH_CHECK(!path.empty(), what, ": empty path");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) TORCH_CHECK(!S_ISDIR(st.st_mode), what, ": '", path, "' is a directory");
+  const std::string dir = parent_of(path);
+  TORCH_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), what, ": cannot write '", path, "': its directory '", dir,
+              "' does not exist");
+  TORCH_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, what, ": cannot write '", path, "': directory '", dir, "' is not writable");
+}
+
+void check_output_dir(const std::string& dir, const std::string& what) {
+  TORCH_CHECK(!dir.empty(), what, ": empty path");
+  struct stat st {};
+  std::string at = dir;
+  while (::stat(at.c_str(), &st) != 0) {  // the nearest existing ancestor must let us create the rest
+    const std::string up = parent_of(at);
+    TORCH_CHECK(up != at, what, ": cannot create '", dir, "'");
+    at = up;
+  }
+  TORCH_CHECK(S_ISDIR(st.st_mode), what, ": '", at, "' is not a directory", at == dir ? "" : (" (in the path of '" + dir + "')").c_str());
+  TORCH_CHECK(::access(at.c_str(), W_OK | X_OK) == 0, what, ": '", at, "' is not writable",
+              at == dir ? std::string() : " (so '" + dir + "' cannot be created)");
 }
 
 }  // namespace mfsdp

@@ -38,6 +38,13 @@ void write_file_atomic(const std::string& path, const std::string& text);
 std::string read_file(const std::string& path, const std::string& what = "file",
                       int64_t max_bytes = int64_t{1} << 32);
 
+// Checks made where a flag enters, before any work (each throws naming `what` and the path):
+// `path` is a readable regular file of at most `max_bytes`; a file could be written at `path` (not
+// a directory, in an existing writable directory); `dir` is a writable directory or can be created.
+void check_input_file(const std::string& path, const std::string& what, int64_t max_bytes);
+void check_output_path(const std::string& path, const std::string& what);
+void check_output_dir(const std::string& dir, const std::string& what);
+
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
 void make_dirs(const std::string& path);           // mkdir -p
