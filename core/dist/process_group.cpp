@@ -3,6 +3,11 @@
 #include "core/dist/recording_backend.h"
 #include "core/util/errors.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -27,13 +32,22 @@ BackendKind backend_kind_from_string(const std::string& name) {
   TORCH_CHECK(false, "backend: unknown backend '", name, "' (expected gloo or nccl)");
 }
 
+std::string gloo_loopback_address() {
+  if (const char* a = std::getenv("MFSDP_GLOO_ADDR"); a && *a) return a;
+  // Not cached: a forked child computes its own. pid_max is at most 2^22 on Linux, so A is 1..64
+  // and never 0: no pid maps to 127.0.0.x, where the TCP store and everything else listen.
+  const auto p = static_cast<unsigned>(::getpid());
+  return "127." + std::to_string(1 + ((p >> 16) & 63u)) + "." + std::to_string((p >> 8) & 255u) + "." +
+         std::to_string(p & 255u);
+}
+
 c10::intrusive_ptr<c10d::Backend> detail::make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store,
                                                     int rank, int world_size,
                                                     std::chrono::milliseconds timeout) {
   TORCH_CHECK(world_size >= 1, "gloo: world size must be >= 1, got ", world_size);
   TORCH_CHECK(rank >= 0 && rank < world_size, "gloo: rank ", rank, " outside [0, ", world_size, ")");
   auto options = c10d::ProcessGroupGloo::Options::create(timeout);
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(gloo_loopback_address()));
   options->threads = 1;
   try {
     return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);

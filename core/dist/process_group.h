@@ -35,6 +35,16 @@ c10::intrusive_ptr<c10d::Backend> make_backend(BackendKind kind,
                                                int rank, int world_size,
                                                std::chrono::milliseconds timeout);
 
+// The loopback address this process's Gloo devices listen on: 127.A.B.C derived from the pid
+// (A in 1..64), or $MFSDP_GLOO_ADDR. Gloo routes an incoming connection to a pair by a bare 8-byte
+// sequence number that is the same small integer in every process, so a stray connection from
+// another process (a survivor of a killed rank dialling a port that was freed and re-bound, a
+// peer of a broken group elsewhere on the machine) into a listener on the shared 127.0.0.1 was
+// taken as a peer and broke the mesh ("Connection closed by peer"). With one address per live
+// process, a dial meant for another process's freed port is refused instead. The TCP store
+// stays on 127.0.0.1 (docs/gloo-notes.md).
+std::string gloo_loopback_address();
+
 // Only make_backend calls these (they return the bare backend).
 namespace detail {
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size,
