@@ -18,6 +18,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -277,7 +278,10 @@ int run_train(const TrainArgs& a) {
   if (a.launcher == Launcher::processes) {
     LaunchOptions launch;
     launch.world_size = a.world_size;
-    launch.grace = std::chrono::seconds(a.timeout_s);
+    // After a rank failed, the others get a few seconds to say what they saw (a lost peer is named
+    // within about 3 s: heartbeat.h), then are stopped: never the whole --timeout-s, whatever state
+    // a survivor is blocked in (forming the group with the dead rank, a store wait).
+    launch.grace = std::chrono::seconds(std::min(a.timeout_s, 5));
     launch.command = {self_executable()};
     // Re-run this very command line in each child, minus the launcher choice.
     for (size_t i = 1; i < raw_args().size(); ++i) launch.command.push_back(raw_args()[i]);

@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -74,9 +75,14 @@ Child spawn(int rank, const LaunchOptions& options, std::uint16_t port) {
   std::vector<std::string> argv_strings = options.command;
   std::vector<char*> envp = c_strings(env_strings);
   std::vector<char*> argv = c_strings(argv_strings);
+  const pid_t parent = getpid();
   pid_t pid = fork();
   TORCH_CHECK(pid >= 0, "launch: fork failed for rank ", rank, ": ", std::strerror(errno));
   if (pid == 0) {
+    // The rank dies with its launcher (even a SIGKILLed one), instead of training on as an orphan;
+    // if the launcher is already gone, at once.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     execve(argv[0], argv.data(), envp.data());

@@ -6,7 +6,11 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
@@ -103,6 +107,27 @@ void run_ranks_as_threads(const RanksOptions& options, const RankFn& fn) {
   if (!failures.empty()) throw RankError(std::move(failures));
 }
 
+namespace {
+
+// After a rank of a launched job failed (a lost peer, a timeout, any error), tearing down can block
+// until the collective timeout: the process group's destructor waits for work queued towards a
+// dead peer, a store client waits for a dead server. The error is kept, and the process exits by
+// itself, printing it, if the teardown takes longer than kTeardownGrace (under mfsdp launch,
+// torchrun and Slurm alike).
+constexpr std::chrono::seconds kTeardownGrace{2};
+
+void arm_teardown_watchdog(int rank, const std::string& message) {
+  std::thread([rank, message] {
+    std::this_thread::sleep_for(kTeardownGrace);
+    std::fprintf(stderr, "mfsdp: error: rank %d failed: %s\nmfsdp: rank %d: teardown did not finish within %lld s; exiting\n",
+                 rank, message.c_str(), rank, static_cast<long long>(kTeardownGrace.count()));
+    std::fflush(stderr);
+    ::_exit(1);
+  }).detach();
+}
+
+}  // namespace
+
 void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, const RankFn& fn) {
   RanksOptions opts = options;
   opts.world_size = env.world_size;
@@ -119,6 +144,9 @@ void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, con
           make_tcp_store(env.master_addr, env.master_port, false, env.world_size, options.timeout), env.rank,
           env.world_size);
     }
+    // A peer lost where no error reaches this rank (blocked with other waiting ranks): give up
+    // after the teardown grace, with the reason.
+    if (heartbeat) heartbeat->watch([rank = env.rank](const std::string& why) { arm_teardown_watchdog(rank, why); });
     run_rank(ctx, opts, store, fn);
   } catch (const std::exception& e) {
     std::string message = error_message(e);
@@ -130,6 +158,7 @@ void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, con
         message = "lost rank " + ranks + " (its heartbeat stopped); " + message;
       }
     }
+    arm_teardown_watchdog(env.rank, message);
     throw RankError({{env.rank, message}});
   }
 }
