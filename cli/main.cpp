@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
       "owner-shaped training run and a bitwise verify against the DDP oracle on 4 rank processes."};
   app.require_subcommand(0, 1);
   app.fallthrough(false);
+  // Every option's default in --help (subcommands inherit this; options whose default depends on
+  // another flag, like --lr, say it in their text).
+  app.option_defaults()->always_capture_default(true);
   Action run;
   add_env_command(app, run);
   add_selfcheck_command(app, run);

@@ -3,6 +3,7 @@
 #include "core/util/tensor_compare.h"
 #include "harness/placements.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -62,6 +63,47 @@ Comparison compare(const Trajectory& control, const Trajectory& experiment) {
     }
   }
   return c;
+}
+
+// The tolerance model of fast mode.
+//   AdamW: the summation order changes each averaged gradient by a few ULPs; AdamW's update is a
+//          smooth function of the gradient away from v = 0, so weights drift by few-ULP amounts
+//          (observed max 2e-6 after 10 steps at W = 3..5): bound 1e-4 on any weight, 1e-5
+//          relative on the loss.
+//   Muon:  bf16 Newton–Schulz turns few-ULP gradient differences into flipped bf16 roundings of
+//          the orthogonalised update; each flip moves a weight by about lr * 2^-8 * O(1)
+//          (observed max 0.014 after 10 steps at lr 0.02): bound 0.05 on any weight and 2e-3
+//          relative on the loss (observed 9e-5).
+//   Shampoo: float32 factor statistics and float64 roots of them every 10 steps; a few-ULP
+//          gradient difference moves the factors by as much, and Adam grafting renormalises the
+//          preconditioned direction per block, so weights drift like AdamW's (observed max 5.3e-7,
+//          loss 2.1e-7 at W = 3 and 5): bound 1e-5 on any weight and 5e-6 relative on the loss.
+//   SOAP:  not smooth in the gradient. With few steps of a small batch the factors G Gᵀ are rank
+//          deficient, so the eigenbasis of their null space is whatever the rounding makes it, and
+//          Adam's normalisation in that basis turns rounding-sized m and v into O(1) steps: an
+//          update can differ in a weight by up to about one whole step, lr per step (observed max
+//          0.021 on a weight and 1.7e-2 on the loss after 10 steps at lr 3e-3): bound 2·lr·steps
+//          = 0.06 on any weight and 5e-2 relative on the loss.
+FastTolerance fast_tolerance(OptimizerKind matrix_optimizer) {
+  switch (matrix_optimizer) {
+    case OptimizerKind::adamw: return {1e-4, 1e-5};
+    case OptimizerKind::muon: return {5e-2, 2e-3};
+    case OptimizerKind::shampoo: return {1e-5, 5e-6};
+    case OptimizerKind::soap: return {6e-2, 5e-2};
+  }
+  return {0, 0};
+}
+
+FastDeviation fast_deviation(const Trajectory& control, const Trajectory& experiment) {
+  FastDeviation d;
+  const size_t steps = std::min(control.params.size(), experiment.params.size());
+  for (size_t s = 0; s < steps; ++s) {
+    d.max_loss_rel = std::max(d.max_loss_rel, std::fabs(experiment.local_losses[s] - control.local_losses[s]) /
+                                                  std::fabs(control.local_losses[s]));
+    for (const auto& [name, want] : control.params[s])
+      d.max_param_abs = std::max(d.max_param_abs, (experiment.params[s].at(name) - want).abs().max().item<double>());
+  }
+  return d;
 }
 
 }  // namespace mfsdp

@@ -37,4 +37,22 @@ struct Comparison {
 // Compares every loss and every parameter after every step, bit for bit.
 Comparison compare(const Trajectory& control, const Trajectory& experiment);
 
+// Fast mode (native reduce, any summation order) is not bitwise; it is held to a tolerance model
+// per matrix optimizer (the reasons are in trajectory.cpp): the largest |weight difference| after
+// any step and the largest relative difference of any step's local loss, over runs of up to
+// kFastToleranceSteps steps of the tiny model at the training defaults.
+constexpr int kFastToleranceSteps = 10;
+struct FastTolerance {
+  double max_param_abs;
+  double max_loss_rel;
+};
+FastTolerance fast_tolerance(OptimizerKind matrix_optimizer);
+
+struct FastDeviation {
+  double max_param_abs = 0;
+  double max_loss_rel = 0;
+  bool within(const FastTolerance& t) const { return max_param_abs <= t.max_param_abs && max_loss_rel <= t.max_loss_rel; }
+};
+FastDeviation fast_deviation(const Trajectory& control, const Trajectory& experiment);
+
 }  // namespace mfsdp
