@@ -5,7 +5,10 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <functional>
 
 #include <string>
 
@@ -55,6 +58,46 @@ TEST(Files, ReadRefusesMissingDirectoryAndOversizedFilesNamingThem) {
   EXPECT_THROW(read_file(dir + "/absent", "spec"), c10::Error);
   EXPECT_THROW(write_file_atomic(dir + "/no/such/dir/file", "x"), c10::Error);
   remove_flat_dir(dir);
+}
+
+// An atomic write onto a directory is refused before anything is written (it used to fail only
+// at the final rename, after all the work, leaving nothing behind only by luck).
+TEST(Files, AtomicWriteOntoADirectoryIsRefusedUpFrontAndLeavesNothing) {
+  const std::string dir = temp_dir();
+  const std::string target = dir + "/out";
+  ::mkdir(target.c_str(), 0755);
+  try {
+    AtomicFile f(target);
+    ADD_FAILURE() << "an AtomicFile onto a directory was created";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("cannot write '" + target + "': it is a directory"), std::string::npos)
+        << e.what_without_backtrace();
+  }
+  EXPECT_FALSE(path_exists(target + ".tmp." + std::to_string(::getpid())));
+  ::rmdir(target.c_str());
+  ::rmdir(dir.c_str());
+}
+
+// Flags are checked where they enter: readable regular files, writable outputs, creatable dirs.
+TEST(Files, EntryChecksNameTheFlagAndWhatIsWrong) {
+  auto error = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      return std::string(e.what_without_backtrace());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error([] { check_input_file("/dev/zero", "--data", 1 << 20); }).find("--data: '/dev/zero' is not a regular file"),
+            std::string::npos);
+  EXPECT_NE(error([] { check_input_file("/tmp", "--data", 1 << 20); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(error([] { check_input_file("/etc/os-release", "--data", 1); }).find("more than the 1 allowed"), std::string::npos);
+  EXPECT_NE(error([] { check_output_path("/tmp", "--metrics"); }).find("--metrics: '/tmp' is a directory"), std::string::npos);
+  EXPECT_NE(error([] { check_output_path("/nonexistent/x", "--metrics"); }).find("its directory '/nonexistent' does not exist"),
+            std::string::npos);
+  EXPECT_NE(error([] { check_output_dir("/etc/os-release/ck", "--checkpoint-dir"); }).find("'/etc/os-release' is not a directory"),
+            std::string::npos);
+  EXPECT_EQ(error([] { check_output_dir("/tmp/mfsdp_not_yet/a/b", "--checkpoint-dir"); }), "");  // creatable
 }
 
 TEST(Files, MakeDirsCreatesEveryLevelAndAcceptsExistingOnes) {
