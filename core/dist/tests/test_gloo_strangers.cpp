@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -90,15 +91,16 @@ bool group_fails_with_a_stranger() {
   auto store = c10::make_intrusive<c10d::HashStore>();
   const std::vector<int> before = own_listening_ports();
   std::string error0, error1;
-  std::thread rank0([&] {
+  auto rank = [&store](int r, std::string& error) {
     try {
-      auto b = make_backend(BackendKind::gloo, store, 0, 2, std::chrono::seconds(5));
+      auto b = make_backend(BackendKind::gloo, store, r, 2, std::chrono::seconds(5));
       std::vector<at::Tensor> t{at::ones({4})};
       b->allreduce(t)->wait();
     } catch (const std::exception& e) {
-      error0 = e.what();
+      error = e.what();
     }
-  });
+  };
+  std::thread rank0(rank, 0, std::ref(error0));
   int port = -1;
   for (int i = 0; i < 5000 && port < 0; ++i) {
     for (int p : own_listening_ports())
@@ -107,15 +109,7 @@ bool group_fails_with_a_stranger() {
   }
   if (port >= 0)
     for (uint64_t seq = 0; seq < 3; ++seq) stray_connect(port, seq);
-  std::thread rank1([&] {
-    try {
-      auto b = make_backend(BackendKind::gloo, store, 1, 2, std::chrono::seconds(5));
-      std::vector<at::Tensor> t{at::ones({4})};
-      b->allreduce(t)->wait();
-    } catch (const std::exception& e) {
-      error1 = e.what();
-    }
-  });
+  std::thread rank1(rank, 1, std::ref(error1));
   rank0.join();
   rank1.join();
   return !error0.empty() || !error1.empty();
