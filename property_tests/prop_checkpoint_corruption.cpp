@@ -54,9 +54,23 @@ void spit(const std::string& path, const std::string& bytes) {
   TORCH_CHECK(out.good(), "cannot write ", path);
 }
 
-// A W = 3 Muon checkpoint directory with steps 1 and 2 (`latest` names step 2), written once.
+// Removes a checkpoint directory this file made (flat step directories, latest, lock).
+void remove_checkpoint_dir(const std::string& root) {
+  remove_flat_dir(root + "/step_00000001");
+  remove_flat_dir(root + "/step_00000002");
+  for (const char* f : {"/latest", "/lock", "/exported.safetensors"}) std::remove((root + f).c_str());
+  ::rmdir(root.c_str());
+}
+
+// A W = 3 Muon checkpoint directory with steps 1 and 2 (`latest` names step 2), written once and
+// removed when the test program ends.
 const std::string& pristine() {
-  static const std::string dir = [] {
+  static const struct Cleanup {
+    ~Cleanup() {
+      if (!dir.empty()) remove_checkpoint_dir(dir);
+    }
+    std::string dir;
+  } made{[] {
     const std::string d = temp_dir("pristine");
     TrainConfig c = base_config();
     c.checkpoint_dir = d;
@@ -65,8 +79,8 @@ const std::string& pristine() {
     ranks.world_size = kWrittenW;
     run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
     return d;
-  }();
-  return dir;
+  }()};
+  return made.dir;
 }
 
 const std::vector<std::string>& step_files() {
@@ -74,6 +88,12 @@ const std::vector<std::string>& step_files() {
                                               "layout.json"};
   return files;
 }
+
+// Removes the copy when it goes out of scope, also when a check throws (RC_FAIL, RC_PRE).
+struct RemovedAtEnd {
+  std::string root;
+  ~RemovedAtEnd() { remove_checkpoint_dir(root); }
+};
 
 // A fresh copy of the pristine checkpoint directory.
 std::string copy_pristine() {
@@ -147,20 +167,17 @@ const std::vector<ReadPath>& read_paths() {
 
 TEST(CheckpointCorruption, ThePristineCopyPassesEveryReadPath) {
   const std::string root = copy_pristine();
+  const RemovedAtEnd cleanup{root};
   for (const ReadPath& p : read_paths()) {
     const std::vector<std::string> errors = p.run(root);
     EXPECT_TRUE(errors.empty()) << p.name << ": " << errors.front();
   }
-  remove_flat_dir(root + "/step_00000001");
-  remove_flat_dir(root + "/step_00000002");
-  std::remove((root + "/exported.safetensors").c_str());
-  std::remove((root + "/latest").c_str());
-  ::rmdir(root.c_str());
 }
 
 // A `latest` that names another step that exists (one changed digit): its layout CRC-32 refuses it.
 TEST(CheckpointCorruption, LatestNamingAnotherExistingStepIsRefused) {
   const std::string root = copy_pristine();
+  const RemovedAtEnd cleanup{root};
   std::string latest = read_file(root + "/latest", "test");
   ASSERT_EQ(latest.substr(0, 13), "step_00000002");
   latest[12] = '1';
@@ -186,6 +203,7 @@ RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) 
   const int which = *rc::gen::inRange(0, 5);
   const std::string file = which < 4 ? "step_00000002/" + step_files()[which] : "latest";
   const std::string root = copy_pristine();
+  const RemovedAtEnd cleanup{root};
   const std::string path = root + "/" + file;
   std::string bytes = read_file(path, "test");
   int64_t lo = 0, hi = static_cast<int64_t>(bytes.size());
@@ -225,10 +243,6 @@ RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) 
     for (const std::string& e : errors)
       if (e.find(base) == std::string::npos) RC_FAIL(p.name + ": the error does not name '" + base + "': " + e);
   }
-  remove_flat_dir(root + "/step_00000001");
-  remove_flat_dir(root + "/step_00000002");
-  std::remove((root + "/latest").c_str());
-  ::rmdir(root.c_str());
 }
 
 }  // namespace
