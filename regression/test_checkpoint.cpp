@@ -20,6 +20,8 @@
 
 #include <gtest/gtest.h>
 
+#include <ftw.h>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -34,9 +36,26 @@
 namespace mfsdp {
 namespace {
 
+// Every directory temp_dir made, removed (whole trees) when the test program ends.
+std::vector<std::string>& made_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+
+class RemoveTempDirs : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    for (const std::string& d : made_dirs())
+      ::nftw(d.c_str(), [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
+             FTW_DEPTH | FTW_PHYS);
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
 std::string temp_dir(const std::string& tag) {
   std::string t = "/tmp/mfsdp_ckpt_" + tag + "_XXXXXX";
   TORCH_CHECK(::mkdtemp(t.data()), "mkdtemp failed");
+  made_dirs().push_back(t);
   return t;
 }
 
