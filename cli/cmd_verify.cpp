@@ -57,12 +57,7 @@ int run_verify(const VerifyArgs& a) {
     const Trajectory owner = run_recorded(ctx, config);
     const Comparison cmp = compare(oracle, owner);
     // Fast mode is judged by its tolerance model over the steps the model covers.
-    Trajectory judged_oracle = oracle, judged_owner = owner;
-    for (Trajectory* t : {&judged_oracle, &judged_owner}) {
-      if (t->params.size() > static_cast<size_t>(kFastToleranceSteps)) t->params.resize(kFastToleranceSteps);
-      if (t->local_losses.size() > static_cast<size_t>(kFastToleranceSteps)) t->local_losses.resize(kFastToleranceSteps);
-    }
-    const FastDeviation dev = fast_deviation(judged_oracle, judged_owner);
+    const FastDeviation dev = fast_deviation(oracle, owner, kFastToleranceSteps);
     // Every rank's verdict and worst differences, to rank 0.
     constexpr int kFields = 5;
     at::Tensor mine = at::tensor({cmp.bitwise_equal ? 1.0 : 0.0, cmp.max_abs_diff, static_cast<double>(cmp.max_ulp),

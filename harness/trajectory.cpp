@@ -94,9 +94,9 @@ FastTolerance fast_tolerance(OptimizerKind matrix_optimizer) {
   return {0, 0};
 }
 
-FastDeviation fast_deviation(const Trajectory& control, const Trajectory& experiment) {
+FastDeviation fast_deviation(const Trajectory& control, const Trajectory& experiment, int max_steps) {
   FastDeviation d;
-  const size_t steps = std::min(control.params.size(), experiment.params.size());
+  const size_t steps = std::min({control.params.size(), experiment.params.size(), static_cast<size_t>(std::max(max_steps, 0))});
   for (size_t s = 0; s < steps; ++s) {
     d.max_loss_rel = std::max(d.max_loss_rel, std::fabs(experiment.local_losses[s] - control.local_losses[s]) /
                                                   std::fabs(control.local_losses[s]));

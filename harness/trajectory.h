@@ -53,6 +53,7 @@ struct FastDeviation {
   double max_loss_rel = 0;
   bool within(const FastTolerance& t) const { return max_param_abs <= t.max_param_abs && max_loss_rel <= t.max_loss_rel; }
 };
-FastDeviation fast_deviation(const Trajectory& control, const Trajectory& experiment);
+// Over the first `max_steps` steps (all when fewer).
+FastDeviation fast_deviation(const Trajectory& control, const Trajectory& experiment, int max_steps = kFastToleranceSteps);
 
 }  // namespace mfsdp

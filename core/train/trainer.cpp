@@ -102,18 +102,22 @@ void claim_checkpoint_dir(TrainConfig& run, const std::string& resumed) {
                     steps_text(steps) + ")" + (has_latest ? " and latest" : "") + " from " + dir);
     return;
   }
+  std::optional<int64_t> l;
+  bool unreadable = false;
   std::string latest = "no latest";
   try {
-    if (auto l = latest_step(dir)) latest = "latest: step " + std::to_string(*l);
-  } catch (const std::exception& e) {
+    l = latest_step(dir);
+    if (l) latest = "latest: step " + std::to_string(*l);
+  } catch (const std::exception&) {
     latest = "an unreadable latest";
+    unreadable = true;
   }
   TORCH_CHECK(continues, "train: --checkpoint-dir '", dir, "' already holds checkpoints of another run (", latest,
               steps.empty() ? std::string() : "; steps " + steps_text(steps),
               "); pass --resume to continue it, --resume-from one of its steps to roll back to it, or "
               "--overwrite-checkpoints to remove them");
+  if (unreadable) latest_step(dir);  // continuing here needs a readable `latest`: throws its error
   // Continuing from one of its own steps: a rollback when that step is older than `latest`.
-  const std::optional<int64_t> l = latest_step(dir);
   const std::string name = resumed.substr(resumed.find_last_of('/') + 1);
   int64_t from = -1;
   for (int64_t s : steps)

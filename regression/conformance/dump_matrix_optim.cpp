@@ -6,6 +6,7 @@
 // Usage: matrix_optim_conformance_dump OUTDIR
 #include "core/dist/determinism.h"
 #include "core/optim/optim.h"
+#include "regression/conformance/write_raw.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -18,11 +19,7 @@ using namespace mfsdp;
 
 namespace {
 
-void write(const std::string& path, const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  std::ofstream out(path, std::ios::binary);
-  out.write(static_cast<const char*>(c.const_data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-}
+using conformance::write_raw;
 
 struct Case {
   std::string name;
@@ -139,13 +136,13 @@ int main(int argc, char** argv) {
         c.optimizer == "shampoo" ? make_shampoo(c.shampoo, c.shape) : make_soap(c.soap, c.shape);
     for (int s = 0; s < c.steps; ++s) opt->step(p, grads[s]);
     const std::string prefix = dir + "/case" + std::to_string(id);
-    write(prefix + "_p0.bin", p0);
-    for (int s = 0; s < c.steps; ++s) write(prefix + "_g" + std::to_string(s) + ".bin", grads[s]);
-    write(prefix + "_final.bin", p);
+    write_raw(prefix + "_p0.bin", p0);
+    for (int s = 0; s < c.steps; ++s) write_raw(prefix + "_g" + std::to_string(s) + ".bin", grads[s]);
+    write_raw(prefix + "_final.bin", p);
     nlohmann::json state = nlohmann::json::object();
     for (const auto& [name, t] : opt->state()) {
       if (!t.defined()) continue;
-      write(prefix + "_state_" + name + ".bin", t);
+      write_raw(prefix + "_state_" + name + ".bin", t);
       state[name] = t.sizes().vec();
     }
     manifest.push_back({{"id", id},

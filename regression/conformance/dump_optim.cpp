@@ -3,6 +3,7 @@
 // compare bit for bit. Usage: optim_conformance_dump OUTDIR
 #include "core/dist/determinism.h"
 #include "core/optim/optim.h"
+#include "regression/conformance/write_raw.h"
 
 #include <ATen/ops/empty.h>
 #include <nlohmann/json.hpp>
@@ -14,11 +15,7 @@ using namespace mfsdp;
 
 namespace {
 
-void write(const std::string& path, const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  std::ofstream out(path, std::ios::binary);
-  out.write(static_cast<const char*>(c.const_data_ptr()), static_cast<std::streamsize>(c.nbytes()));
-}
+using conformance::write_raw;
 
 }  // namespace
 
@@ -90,10 +87,10 @@ int main(int argc, char** argv) {
       std::unique_ptr<TensorOptimizer> opt = v.optimizer == "muon" ? make_muon(v.muon, shape) : make_adamw(v.adamw);
       for (int s = 0; s < kSteps; ++s) opt->step(p, grads[s]);
       const std::string prefix = dir + "/case" + std::to_string(id);
-      write(prefix + "_p0.bin", p0);
-      for (int s = 0; s < kSteps; ++s) write(prefix + "_g" + std::to_string(s) + ".bin", grads[s]);
-      write(prefix + "_final.bin", p);
-      for (const auto& [name, t] : opt->state()) write(prefix + "_state_" + name + ".bin", t);
+      write_raw(prefix + "_p0.bin", p0);
+      for (int s = 0; s < kSteps; ++s) write_raw(prefix + "_g" + std::to_string(s) + ".bin", grads[s]);
+      write_raw(prefix + "_final.bin", p);
+      for (const auto& [name, t] : opt->state()) write_raw(prefix + "_state_" + name + ".bin", t);
       nlohmann::json hyper;
       if (v.optimizer == "muon")
         hyper = {{"lr", v.muon.lr}, {"momentum", v.muon.momentum}, {"nesterov", v.muon.nesterov},

@@ -1,0 +1,17 @@
+// Writes a tensor's bytes raw (contiguous, native order) for the Python side of a conformance test.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <fstream>
+#include <string>
+
+namespace mfsdp::conformance {
+
+inline void write_raw(const std::string& path, const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  std::ofstream out(path, std::ios::binary);
+  out.write(static_cast<const char*>(c.const_data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+}
+
+}  // namespace mfsdp::conformance
