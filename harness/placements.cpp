@@ -16,8 +16,8 @@ namespace {
 // and optimizer state) of a checkpoint written by any owner-runtime placement at any world size.
 class DdpRunner final : public DdpOracle {
  public:
-  DdpRunner(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init)
-      : DdpOracle(model, comm, options, init), rank_(comm.rank()) {}
+  DdpRunner(const TransformerModel& model, Communicator& comm, const RuntimeOptions& options, const ParamMap& init)
+      : DdpOracle(model, comm, options, init, options.precision), rank_(comm.rank()) {}
 
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
     FullState full = read_full_state(checkpoint);

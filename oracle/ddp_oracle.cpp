@@ -14,8 +14,8 @@
 namespace mfsdp {
 
 DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options,
-                     const ParamMap& init)
-    : model_(model), comm_(comm) {
+                     const ParamMap& init, PrecisionPolicy precision)
+    : model_(model), comm_(comm), precision_(precision) {
   for (const ParamSpec& p : model.spec().params) {
     order_.push_back(p.name);
     params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
@@ -26,19 +26,19 @@ DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const Op
 PlacementRunner::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets,
                                 const std::function<void()>& before_backward) {
   Result r;
-  auto t0 = replica_forward_backward(model_, params_, tokens, targets, before_backward, r);
+  ParamMap local;
+  auto t0 = replica_forward_backward(model_, params_, precision_, tokens, targets, before_backward, local, r);
   const int W = comm_.world_size();
   {
     PhaseScope phase(comm_, Phase::grad_reduce);
     for (const std::string& name : order_) {
-      at::Tensor& p = params_.at(name);
-      at::Tensor g = p.grad().defined() ? p.grad().contiguous() : at::zeros_like(p);
+      const at::Tensor& g = local.at(name);  // in the reduce dtype
       at::Tensor all = at::empty({W * g.numel()}, g.options());
       at::Tensor flat = g.reshape({-1});
       comm_.allgather(all, flat)->wait();
       std::vector<at::Tensor> parts;
       for (int rank = 0; rank < W; ++rank) parts.push_back(all.narrow(0, rank * g.numel(), g.numel()).view(g.sizes()));
-      grads_[name] = mean_in_rank_order(parts, g.scalar_type());
+      grads_[name] = mean_in_rank_order(parts, params_.at(name).scalar_type());  // a master gradient
     }
   }
   r.backward_s = seconds_since(t0);

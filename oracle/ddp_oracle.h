@@ -9,6 +9,7 @@
 
 #include "core/dist/communicator.h"
 #include "core/optim/optimizer_routing.h"
+#include "core/plan/precision.h"
 #include "core/train/model.h"
 #include "core/train/placement.h"
 
@@ -20,7 +21,10 @@ namespace mfsdp {
 
 class DdpOracle : public PlacementRunner {
  public:
-  DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init);
+  // `precision`: the oracle keeps float32 masters and computes on the policy's copies, as the
+  // runtime does; the reduction is the runtime's (float32 accumulation in rank order).
+  DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init,
+            PrecisionPolicy precision = {});
 
   // One step on this rank's batch. Gradients are averaged over ranks (phase grad_reduce, timed
   // as backward), then every rank updates every parameter.
@@ -37,6 +41,7 @@ class DdpOracle : public PlacementRunner {
  private:
   const TransformerModel& model_;
   Communicator& comm_;
+  PrecisionPolicy precision_;
   ParamMap params_, grads_;
   std::vector<std::string> order_;  // parameter names in model order: the collective order
   std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;

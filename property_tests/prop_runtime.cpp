@@ -40,7 +40,7 @@ rc::Gen<TransformerConfig> small_transformer() {
 }
 
 // One training step of the runtime equals one step of the oracle, bit for bit, and unshard of the
-// initial state reproduces it exactly.
+// initial state reproduces it exactly, under either precision policy.
 RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   TrainConfig config;
   config.model = *small_transformer();
@@ -66,7 +66,14 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   }
   apply_placement(placement, config);
   config.runtime.prefetch = *rc::gen::arbitrary<bool>();
+  // Precision: float32, or bf16 compute copies of float32 masters reduced in float32 or bf16.
+  if (*rc::gen::arbitrary<bool>()) {
+    config.runtime.precision.param_dtype = c10::kBFloat16;
+    config.runtime.precision.reduce_dtype = *rc::gen::element(c10::kFloat, c10::kBFloat16);
+    if (*rc::gen::arbitrary<bool>()) config.runtime.precision.output_dtype = c10::kFloat;
+  }
   RC_TAG(to_string(config.placement));
+  RC_TAG(to_string(config.runtime.precision));
 
   std::mutex m;
   std::vector<std::string> failures;
@@ -170,12 +177,14 @@ RC_GTEST_PROP(RuntimeProperties, UnitLifecycleKeepsItsInvariantsAndRefusesIllega
   popts.tail_policy = *rc::gen::element(TailPolicy::even, TailPolicy::owner);
   const OwnershipPlan plan = make_plan(model.spec(), 1, popts);
   const int u = *rc::gen::inRange(0, static_cast<int>(plan.units().size()));
+  PrecisionPolicy precision;
+  if (*rc::gen::arbitrary<bool>()) precision.param_dtype = c10::kBFloat16;  // gathered holds the own segment too
   const auto commands = *rc::state::gen::commands(LifecycleModel{}, rc::state::gen::execOneOfWithArgs<Move>());
   RanksOptions ranks;
   ranks.world_size = 1;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     Communicator comm(ctx.backend);
-    Unit unit(plan, u, comm, at::kCPU);
+    Unit unit(plan, u, comm, at::kCPU, UnshardStrategy::broadcast, precision);
     unit.segment().copy_(at::arange(unit.segment().numel(), unit.segment().options()));
     System sut{&unit, unit.gathered_capacity(), unit.gathered_storage_impl(),
                unit.segment().storage().unsafeGetStorageImpl(), unit.segment().clone(), {}};

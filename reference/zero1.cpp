@@ -16,7 +16,8 @@ namespace {
 class Zero1Runner final : public PlacementRunner {
  public:
   Zero1Runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init)
-      : model_(model), comm_(comm), plan_(make_plan(model.spec(), comm.world_size(), zero1_planner(config.planner))) {
+      : model_(model), comm_(comm), plan_(make_plan(model.spec(), comm.world_size(), zero1_planner(config.planner))),
+        precision_(config.runtime.precision) {
     {
       PhaseScope phase(comm_, Phase::other);
       comm_.check_same_plan(plan_.hash());
@@ -38,7 +39,8 @@ class Zero1Runner final : public PlacementRunner {
   Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
     const int W = comm_.world_size(), me = comm_.rank();
     Result r;
-    auto t0 = replica_forward_backward(model_, params_, tokens, targets, before_backward, r);
+    ParamMap local;
+    auto t0 = replica_forward_backward(model_, params_, precision_, tokens, targets, before_backward, local, r);
     std::unordered_map<std::string, at::Tensor> owned_grads;
     {
       // Reduce to owner: one uneven all-to-all per parameter, only the owner receives.
@@ -46,7 +48,7 @@ class Zero1Runner final : public PlacementRunner {
       for (const ParamSpec& p : model_.spec().params) {
         const int owner = plan_.shard(p.name).owner;
         at::Tensor& param = params_.at(p.name);
-        at::Tensor g = param.grad().defined() ? param.grad().contiguous().reshape({-1}) : at::zeros_like(param).reshape({-1});
+        at::Tensor g = local.at(p.name).reshape({-1});  // in the reduce dtype
         const int64_t n = g.numel();
         std::vector<int64_t> in_splits(W, 0), out_splits(W, me == owner ? n : 0);
         in_splits[owner] = n;
@@ -92,6 +94,7 @@ class Zero1Runner final : public PlacementRunner {
   const TransformerModel& model_;
   Communicator& comm_;
   OwnershipPlan plan_;
+  PrecisionPolicy precision_;
   ParamMap params_;
   std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;  // owned here only
 };

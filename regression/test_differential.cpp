@@ -15,6 +15,7 @@
 #include <cmath>
 
 #include <mutex>
+#include <optional>
 #include <random>
 
 namespace mfsdp {
@@ -22,8 +23,18 @@ namespace {
 
 constexpr int kSteps = 20;
 
-TrainConfig base_config(OptimizerKind optimizer) {
+// The precision axis: float32 throughout, or bf16 compute copies of float32 masters with float32
+// gradient reduction (core/plan/precision.h).
+enum class Precision { fp32, bf16 };
+PrecisionPolicy policy(Precision p) {
+  PrecisionPolicy policy;
+  if (p == Precision::bf16) policy.param_dtype = c10::kBFloat16;
+  return policy;
+}
+
+TrainConfig base_config(OptimizerKind optimizer, Precision precision = Precision::fp32) {
   TrainConfig c;
+  c.runtime.precision = policy(precision);
   // A narrower tiny model keeps 12 x 11 twenty-step runs inside the CI budget.
   c.model = preset_config("tiny");
   c.model.hidden = 32;
@@ -46,6 +57,7 @@ struct Variant {
   PlannerOptions planner;
   Placement placement = Placement::owner;
   bool prefetch = false;
+  std::optional<c10::ScalarType> reduce_dtype;  // overrides the base policy's
 };
 
 // The planner axis: four strategies and a random explicit assignment (seeded by W).
@@ -72,25 +84,33 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
     if (elementwise_or_muon || p == Placement::zero1) out.push_back({std::string("placement ") + to_string(p), base.planner, p});
   // Communication overlapped with compute (prefetched unshard and revive).
   out.push_back({"owner balanced/even + prefetch", base.planner, Placement::owner, /*prefetch=*/true});
+  // bf16 on the wire: deterministic mode still accumulates the (bf16-exact) contributions in
+  // float32 in rank order, so the trajectory is the oracle's with a float32 reduction.
+  if (base.runtime.precision.param_dtype == c10::kBFloat16) {
+    Variant v{"owner balanced/even, reduce bf16", base.planner, Placement::owner};
+    v.reduce_dtype = c10::kBFloat16;
+    out.push_back(v);
+  }
   return out;
 }
 
-using GridParam = std::tuple<int, OptimizerKind>;
+using GridParam = std::tuple<int, OptimizerKind, Precision>;
 
-// "W<world size>_<optimizer>" for parameterised test names.
+// "W<world size>_<optimizer>[_bf16]" for parameterised test names.
 std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
   std::string name = "W";
   name += std::to_string(std::get<0>(info.param));
   name += '_';
   name += to_string(std::get<1>(info.param));
+  if (std::get<2>(info.param) == Precision::bf16) name += "_bf16";
   return name;
 }
 
 class Differential : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
-  const auto [W, optimizer] = GetParam();
-  const TrainConfig base = base_config(optimizer);
+  const auto [W, optimizer, precision] = GetParam();
+  const TrainConfig base = base_config(optimizer, precision);
   const std::vector<Variant> all = variants(base, W);
   std::mutex mutex;
   std::vector<std::string> failures;
@@ -104,6 +124,7 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
       c.planner = v.planner;
       apply_placement(v.placement, c);
       c.runtime.prefetch = v.prefetch;
+      if (v.reduce_dtype) c.runtime.precision.reduce_dtype = *v.reduce_dtype;
       const Comparison cmp = compare(control, run_recorded(ctx, c));
       if (!cmp.bitwise_equal) {
         std::lock_guard<std::mutex> lock(mutex);
@@ -115,15 +136,16 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
   });
   for (const auto& f : failures) ADD_FAILURE() << f;
   if (failures.empty()) {
-    std::printf("W=%d %s: %zu planner/tail/placement variants x %d steps bit-identical to the oracle (max |diff| 0)\n", W,
-                to_string(optimizer), all.size(), kSteps);
+    std::printf("W=%d %s, %s: %zu planner/tail/placement variants x %d steps bit-identical to the oracle (max |diff| 0)\n", W,
+                to_string(optimizer), to_string(base.runtime.precision).c_str(), all.size(), kSteps);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Differential,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
-                                                              OptimizerKind::shampoo, OptimizerKind::soap)),
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(Precision::fp32, Precision::bf16)),
                          grid_name);
 
 }  // namespace
@@ -165,9 +187,9 @@ namespace {
 class FastMode : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(FastMode, StaysWithinTheToleranceModel) {
-  const auto [W, optimizer] = GetParam();
+  const auto [W, optimizer, precision] = GetParam();
   const FastTolerance tol = fast_tolerance(optimizer);
-  TrainConfig oracle_config = base_config(optimizer);
+  TrainConfig oracle_config = base_config(optimizer, precision);
   oracle_config.steps = kFastToleranceSteps;
   TrainConfig fast = oracle_config;
   fast.runtime.reduce = ReduceMode::fast;
@@ -192,7 +214,8 @@ TEST_P(FastMode, StaysWithinTheToleranceModel) {
 INSTANTIATE_TEST_SUITE_P(Tolerance, FastMode,
                          ::testing::Combine(::testing::Values(3, 5),
                                             ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
-                                                              OptimizerKind::shampoo, OptimizerKind::soap)),
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(Precision::fp32)),
                          grid_name);
 
 }  // namespace

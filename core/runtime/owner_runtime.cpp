@@ -89,7 +89,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     comm_.check_same_plan(plan_.hash());
   }
   for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u) {
-    units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard));
+    units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard, options_.precision));
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
   }
   optimizers_.resize(plan_.shards().size());
@@ -267,12 +267,8 @@ ParamMap OwnerRuntime::gather_full_params() {
   PhaseScope phase(comm_, Phase::other);
   ParamMap out;
   for (auto& unit : units_) {
-    unit->unshard();
-    std::vector<at::Tensor> views = unit->full_views();
-    for (size_t k = 0; k < views.size(); ++k) {
-      out.emplace(plan_.shards()[unit->shards()[k]].name, views[k].to(at::kCPU, /*non_blocking=*/false, /*copy=*/true));
-    }
-    unit->reshard(/*keep_for_backward=*/false);
+    std::vector<at::Tensor> full = unit->gather_masters();
+    for (size_t k = 0; k < full.size(); ++k) out.emplace(plan_.shards()[unit->shards()[k]].name, std::move(full[k]));
   }
   return out;
 }

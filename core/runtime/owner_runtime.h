@@ -46,6 +46,9 @@ struct RuntimeOptions : OptimizerOptions {
   // order on every rank, so results are bitwise those without prefetch.
   bool prefetch = false;
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
+  // Compute and reduce dtypes over the plan's masters (core/plan/precision.h); the default
+  // computes in the masters' float32.
+  PrecisionPolicy precision;
   // How hidden matrices the plan keeps in even row shards are stepped under Muon (the baselines:
   // reference/reconstruct.h, reference/alltoall.h). Unset: such a plan is refused at the step.
   EvenMatrixStepFactory even_matrix_step;
@@ -90,7 +93,7 @@ class OwnerRuntime {
   // This rank's stored part of parameter `name` and its gradient (undefined if none stored).
   at::Tensor local_param(const std::string& name);
   at::Tensor local_grad(const std::string& name);
-  // Every parameter in full on every rank, as CPU tensors (collectives in phase `other`).
+  // Every parameter's master in full on every rank, as CPU tensors (collectives in phase `other`).
   ParamMap gather_full_params();
 
   // For checkpoints: the optimizer stepping plan shard `shard` here (null where this rank stores

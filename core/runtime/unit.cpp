@@ -27,20 +27,25 @@ const char* to_string(ReduceMode mode) {
   return mode == ReduceMode::deterministic ? "deterministic" : "fast";
 }
 
-Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device, UnshardStrategy strategy)
+Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device, UnshardStrategy strategy,
+           PrecisionPolicy precision)
     : plan_(plan), layout_(plan.units().at(unit_index)), index_(unit_index), comm_(comm), device_(device),
-      rank_(comm.rank()), strategy_(strategy) {
+      rank_(comm.rank()), strategy_(strategy), precision_(precision), casts_(precision.casts(layout_.dtype)) {
   TORCH_CHECK(comm.world_size() == plan.world_size(), "unit '", layout_.name, "': plan is for world size ",
               plan.world_size(), " but the process group has ", comm.world_size(), " ranks");
   const auto opts = at::TensorOptions().dtype(layout_.dtype).device(device_);
   segment_ = at::zeros({layout_.segments[rank_].numel}, opts);
   segment_grad_ = at::zeros({layout_.segments[rank_].numel}, opts);
-  // Gathered layout: other ranks' segments in rank order, then each even parameter in full.
+  compute_options_ = opts.dtype(precision_.param_dtype);
+  reduce_options_ = opts.dtype(precision_.reduce_dtype);
+  // Gathered layout: other ranks' segments in rank order (this rank's own too when it casts),
+  // then each even parameter in full.
   const int64_t align = align_elements(layout_.dtype);
   int64_t cursor = 0;
   for (int r = 0; r < plan.world_size(); ++r) {
-    other_segment_offset_.push_back(r == rank_ ? -1 : cursor);
-    if (r != rank_) cursor += layout_.segments[r].numel;  // segment sizes are aligned
+    const bool here = r != rank_ || casts_;
+    other_segment_offset_.push_back(here ? cursor : -1);
+    if (here) cursor += layout_.segments[r].numel;  // segment sizes are aligned
   }
   for (int s : layout_.shards) {
     const MatrixShard& shard = plan.shards()[s];
@@ -67,13 +72,13 @@ Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::De
     even_prefix_ = prefix;
   }
   // The gathered StorageImpl exists for the unit's lifetime; only its memory comes and goes.
-  at::Tensor holder = at::empty({0}, opts);
+  at::Tensor holder = at::empty({0}, compute_options_);
   gathered_ = holder.storage();
 }
 
 const std::string& Unit::name() const { return layout_.name; }
 const std::vector<int>& Unit::shards() const { return layout_.shards; }
-int64_t Unit::elem_size() const { return static_cast<int64_t>(c10::elementSize(layout_.dtype)); }
+int64_t Unit::compute_elem_size() const { return static_cast<int64_t>(c10::elementSize(precision_.param_dtype)); }
 int64_t Unit::gathered_bytes() const { return static_cast<int64_t>(gathered_.nbytes()); }
 
 void Unit::transition(UnitState to) {
@@ -95,7 +100,7 @@ void Unit::transition(UnitState to) {
 
 void Unit::allocate_gathered() {
   c10::StorageImpl* impl = gathered_.unsafeGetStorageImpl();
-  const size_t nbytes = static_cast<size_t>(gathered_numel_ * elem_size());
+  const size_t nbytes = static_cast<size_t>(gathered_numel_ * compute_elem_size());
   impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
   impl->set_nbytes(nbytes);
 }
@@ -119,11 +124,11 @@ at::Tensor alias(const c10::Storage& storage, int64_t offset, at::IntArrayRef si
 }  // namespace
 
 at::Tensor Unit::gathered_view(int64_t offset, at::IntArrayRef sizes) const {
-  return alias(gathered_, offset, sizes, segment_.options());
+  return alias(gathered_, offset, sizes, compute_options_);
 }
 
 at::Tensor Unit::segment_of(int rank) const {
-  if (rank == rank_) return segment_;
+  if (rank == rank_ && !casts_) return segment_;
   return gathered_view(other_segment_offset_[rank], {layout_.segments[rank].numel});
 }
 
@@ -131,17 +136,18 @@ void Unit::begin_fill() {
   PhaseScope phase(comm_, Phase::unshard);
   UnitScope tag(comm_, index_);
   const int W = plan_.world_size();
+  if (casts_) segment_of(rank_).copy_(segment_);  // this rank's compute copy: what it sends and reads
   int64_t skip = 0;  // elements at the start of each segment moved by the all-gather
   if (strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1) {
-    fill_prefixes_ = at::empty({W * even_prefix_}, segment_.options());
-    at::Tensor mine = segment_.narrow(0, 0, even_prefix_);
+    fill_prefixes_ = at::empty({W * even_prefix_}, compute_options_);
+    at::Tensor mine = segment_of(rank_).narrow(0, 0, even_prefix_);
     fill_works_.push_back(comm_.allgather(fill_prefixes_, mine));
     skip = even_prefix_;
   }
   for (int r = 0; r < W; ++r) {
     const int64_t rest = layout_.segments[r].numel - skip;
     if (rest == 0) continue;  // empty segments (or remainders) never move
-    at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends from its own segment_
+    at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends its own (compute) segment
     fill_works_.push_back(comm_.broadcast(target, r));
   }
   fill_pending_ = true;
@@ -220,7 +226,7 @@ std::vector<at::Tensor> Unit::full_views() const {
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];
     if (!s.owned()) {
       views.push_back(gathered_view(even_full_offset_[k], s.shape));
-    } else if (s.owner == rank_) {
+    } else if (s.owner == rank_ && !casts_) {
       const int64_t local = s.slices[0].offset - layout_.segments[rank_].offset;
       views.push_back(alias(segment_.storage(), segment_.storage_offset() + local, s.shape, segment_.options()));
     } else {
@@ -229,6 +235,35 @@ std::vector<at::Tensor> Unit::full_views() const {
     }
   }
   return views;
+}
+
+std::vector<at::Tensor> Unit::gather_masters() {
+  TORCH_CHECK(state_ == UnitState::sharded, "unit '", layout_.name, "' on rank ", rank_,
+              ": masters gathered while the unit is ", to_string(state_));
+  UnitScope tag(comm_, index_);
+  const int W = plan_.world_size();
+  at::Tensor flat = at::zeros({layout_.numel}, segment_.options());  // rank-major, as the plan lays it out
+  flat.narrow(0, layout_.segments[rank_].offset, segment_.numel()).copy_(segment_);
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<at::Tensor> parts;  // alive until the broadcasts complete
+  for (int r = 0; r < W && W > 1; ++r) {
+    if (layout_.segments[r].numel == 0) continue;
+    parts.push_back(flat.narrow(0, layout_.segments[r].offset, layout_.segments[r].numel));
+    works.push_back(comm_.broadcast(parts.back(), r));
+  }
+  for (auto& w : works) w->wait();
+  std::vector<at::Tensor> out;
+  for (int si : layout_.shards) {
+    const MatrixShard& s = plan_.shards()[si];
+    at::Tensor full = at::empty(s.shape, segment_.options().device(at::kCPU));
+    at::Tensor full_flat = full.view({-1});
+    for (const ShardSlice& sl : s.slices) {
+      if (sl.rows == 0) continue;
+      full_flat.narrow(0, sl.row_begin * s.row_numel(), sl.rows * s.row_numel()).copy_(flat.narrow(0, sl.offset, sl.rows * s.row_numel()));
+    }
+    out.push_back(full);
+  }
+  return out;
 }
 
 namespace {
@@ -260,7 +295,7 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   reduce_mode_ = mode;
   const int W = plan_.world_size();
   // This rank's gradient in the unit's rank-major layout (padding stays zero).
-  grad_flat_ = at::zeros({layout_.numel}, segment_.options());
+  grad_flat_ = at::zeros({layout_.numel}, reduce_options_);  // cast to the wire dtype here
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const at::Tensor& g = full_grads[k];
     if (!g.defined()) continue;  // the parameter took no part: its gradient is zero
@@ -278,7 +313,7 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   if (mode == ReduceMode::deterministic) {
     // One uneven all-to-all: every rank sends segment r of its gradient to rank r; the owner gets
     // all W contributions side by side, in rank order.
-    contributions_ = at::empty({W * mine}, segment_.options());
+    contributions_ = at::empty({W * mine}, reduce_options_);
     if (W == 1) {
       contributions_.copy_(grad_flat_);
     } else {
@@ -290,11 +325,11 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
     // The tail's equal-size even prefixes in one reduce-scatter (packed rank after rank), then a
     // native reduce for each rank's owned remainder.
     if (even_prefix_ > 0) {
-      at::Tensor packed = at::empty({W * even_prefix_}, segment_.options());
+      at::Tensor packed = at::empty({W * even_prefix_}, reduce_options_);
       for (int r = 0; r < W; ++r) {
         packed.narrow(0, r * even_prefix_, even_prefix_).copy_(grad_flat_.narrow(0, layout_.segments[r].offset, even_prefix_));
       }
-      prefix_sum_ = at::empty({even_prefix_}, segment_.options());
+      prefix_sum_ = at::empty({even_prefix_}, reduce_options_);
       pending_.push_back(comm_.reduce_scatter_sum(prefix_sum_, packed));
       contributions_ = packed;  // kept alive until the reduce-scatter completes
     }
@@ -321,11 +356,11 @@ void Unit::finish_reduction() {
     if (reduce_mode_ == ReduceMode::deterministic) {
       std::vector<at::Tensor> parts;
       for (int r = 0; r < W; ++r) parts.push_back(contributions_.narrow(0, r * mine, mine));
-      segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));
+      segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));  // float32 accumulation whatever the wire dtype
     } else {
       at::Tensor sum = grad_flat_.narrow(0, layout_.segments[rank_].offset, mine);
       if (prefix_sum_.defined()) sum.narrow(0, 0, even_prefix_).copy_(prefix_sum_);
-      segment_grad_.copy_(sum.div(static_cast<double>(W)));
+      segment_grad_.copy_(sum.to(layout_.dtype).div(static_cast<double>(W)));  // the native sum, divided in the master dtype
     }
   }
   grad_flat_ = at::Tensor();

@@ -7,6 +7,12 @@
 //              the other ranks' segments (rank order) and full copies of even-sharded parameters
 //   full view  a parameter-shaped tensor over segment_ (own matrices) or gathered storage
 //
+// Precision (core/plan/precision.h): segment_ and segment_grad_ are masters (the plan's dtype).
+// The gathered storage is in the policy's param dtype; when that differs from the master's, it
+// also holds this rank's own segment, cast there before every fill, so every full view is a
+// compute copy. Gradients reach reduce_to_owner in the param dtype, are cast to the reduce dtype
+// for the wire, and arrive in segment_grad_ as masters.
+//
 // Pinning: releasing the gathered storage frees its memory but keeps its StorageImpl, so the
 // views autograd saved during forward stay bound to it; revive() allocates new memory into the
 // *same* StorageImpl and refills it, so those views read the same values again.
@@ -14,6 +20,7 @@
 
 #include "core/dist/communicator.h"
 #include "core/plan/ownership_plan.h"
+#include "core/plan/precision.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
@@ -51,7 +58,7 @@ const char* to_string(ReduceMode mode);
 class Unit {
  public:
   Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::Device device,
-       UnshardStrategy strategy = UnshardStrategy::broadcast);
+       UnshardStrategy strategy = UnshardStrategy::broadcast, PrecisionPolicy precision = {});
 
   const std::string& name() const;
   int index() const { return index_; }
@@ -88,12 +95,15 @@ class Unit {
   at::Tensor local_grad(int shard) const;
 
   int64_t gathered_bytes() const;   // resident now
-  int64_t gathered_capacity() const { return gathered_numel_ * elem_size(); }
+  int64_t gathered_capacity() const { return gathered_numel_ * compute_elem_size(); }
   const c10::StorageImpl* gathered_storage_impl() const { return gathered_.unsafeGetStorageImpl(); }
-  int64_t segment_bytes() const { return segment_.numel() * elem_size(); }
+  int64_t segment_bytes() const { return static_cast<int64_t>(segment_.nbytes()); }
+  // Every parameter of the unit in full, as masters (CPU copies): every segment broadcast in the
+  // master dtype once (phase as the caller set). Leaves the unit sharded.
+  std::vector<at::Tensor> gather_masters();
 
  private:
-  int64_t elem_size() const;
+  int64_t compute_elem_size() const;
   void allocate_gathered();
   void free_gathered();
   void begin_fill();  // issue the moves of every other segment here (per strategy_)
@@ -115,6 +125,9 @@ class Unit {
   std::vector<int64_t> other_segment_offset_;  // per rank: offset in gathered (-1 for self)
   std::vector<int64_t> even_full_offset_;      // per shard of the unit: offset in gathered, or -1
   UnshardStrategy strategy_;
+  PrecisionPolicy precision_;
+  bool casts_ = false;  // the compute copy's dtype differs from the master's
+  at::TensorOptions compute_options_, reduce_options_;
   int64_t even_prefix_ = 0;  // elements at the start of every segment holding even slices (equal on all ranks)
 
   // In-flight fill (unshard or revive).

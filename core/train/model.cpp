@@ -26,9 +26,12 @@ const at::Tensor& get(const ParamMap& p, const std::string& name) {
   return it->second;
 }
 
+// Normalised in float32, cast back, then scaled by the weight in the compute dtype (as Llama's
+// RMSNorm). In float32 the casts are no-ops: the same ops as x * rsqrt(mean(x^2) + eps) * w.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) {
   constexpr double kEps = 1e-6;
-  return x * (x.pow(2).mean({-1}, /*keepdim=*/true) + kEps).rsqrt() * w;
+  const at::Tensor xf = x.to(at::kFloat);
+  return (xf * (xf.pow(2).mean({-1}, /*keepdim=*/true) + kEps).rsqrt()).to(x.scalar_type()) * w;
 }
 
 at::Tensor maybe_bias(const ParamMap& p, const std::string& name) {
@@ -38,8 +41,8 @@ at::Tensor maybe_bias(const ParamMap& p, const std::string& name) {
 
 }  // namespace
 
-TransformerModel::TransformerModel(TransformerConfig config)
-    : config_(std::move(config)), spec_(transformer_spec(config_)) {}
+TransformerModel::TransformerModel(TransformerConfig config, std::optional<c10::ScalarType> output_dtype)
+    : config_(std::move(config)), spec_(transformer_spec(config_)), output_dtype_(output_dtype) {}
 
 ParamMap TransformerModel::init(uint64_t seed, at::Device device) const {
   at::Generator gen = make_shared_generator(seed);
@@ -57,8 +60,9 @@ ParamMap TransformerModel::init(uint64_t seed, at::Device device) const {
   return params;
 }
 
-at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& x, const ParamMap& p) const {
+at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& input, const ParamMap& p) const {
   const std::string pre = "layers." + std::to_string(layer) + ".";
+  const at::Tensor x = input.to(get(p, pre + "attn_norm.weight").scalar_type());
   const int64_t B = x.size(0), S = x.size(1), H = config_.hidden;
   const int64_t nh = config_.heads, nkv = config_.kv_heads, hd = config_.head_dim();
   at::Tensor h = rms_norm(x, get(p, pre + "attn_norm.weight"));
@@ -75,7 +79,8 @@ at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& x, const Par
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   at::Tensor future = at::triu(at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(x.device())), 1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  at::Tensor attn = at::matmul(at::softmax(scores, -1), v).transpose(1, 2).reshape({B, S, H});
+  at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(v.scalar_type());
+  at::Tensor attn = at::matmul(probs, v).transpose(1, 2).reshape({B, S, H});
   at::Tensor y = x + at::linear(attn, get(p, pre + "attn.o.weight"));
   h = rms_norm(y, get(p, pre + "mlp_norm.weight"));
   at::Tensor mlp = at::linear(at::silu(at::linear(h, get(p, pre + "mlp.gate.weight"))) * at::linear(h, get(p, pre + "mlp.up.weight")),
@@ -86,9 +91,11 @@ at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& x, const Par
 at::Tensor TransformerModel::unit_forward(int u, const at::Tensor& input, const ParamMap& p,
                                           const at::Tensor& targets) const {
   TORCH_CHECK(u >= 0 && u < num_units(), "model: unit ", u, " outside [0, ", num_units(), ")");
-  if (u == 0) return at::embedding(get(p, "embed.weight"), input);
-  if (u <= config_.layers) return block(u - 1, input, p);
-  at::Tensor logits = at::linear(rms_norm(input, get(p, "norm.weight")), get(p, "head.weight"));
+  auto out = [&](const at::Tensor& y) { return output_dtype_ ? y.to(*output_dtype_) : y; };
+  if (u == 0) return out(at::embedding(get(p, "embed.weight"), input));
+  if (u <= config_.layers) return out(block(u - 1, input, p));
+  const at::Tensor& norm = get(p, "norm.weight");
+  at::Tensor logits = at::linear(rms_norm(input.to(norm.scalar_type()), norm), get(p, "head.weight"));
   return at::cross_entropy_loss(logits.reshape({-1, config_.vocab}).to(at::kFloat), targets.reshape({-1}));
 }
 

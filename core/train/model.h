@@ -10,17 +10,24 @@
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
 namespace mfsdp {
 
+// Precision: the model computes in the dtype of the parameters it is given (the policy's compute
+// copies); each unit first casts its input to that dtype (FSDP2's cast_forward_inputs) and, with
+// an output dtype, casts its output to it. Three things are computed in float32 whatever the
+// compute dtype (docs/precision.md), each cast back to it afterwards: RMSNorm's normalisation (the
+// weight multiplies in the compute dtype), the attention softmax, and the cross-entropy loss.
 class TransformerModel {
  public:
-  explicit TransformerModel(TransformerConfig config);
+  explicit TransformerModel(TransformerConfig config, std::optional<c10::ScalarType> output_dtype = {});
 
   const TransformerConfig& config() const { return config_; }
   const ModelSpec& spec() const { return spec_; }
+  std::optional<c10::ScalarType> output_dtype() const { return output_dtype_; }
   int num_units() const { return static_cast<int>(config_.layers) + 2; }
 
   // Initial full parameters, identical on every rank for the same seed: hidden matrices and
@@ -39,6 +46,7 @@ class TransformerModel {
   at::Tensor block(int64_t layer, const at::Tensor& x, const ParamMap& p) const;
   TransformerConfig config_;
   ModelSpec spec_;
+  std::optional<c10::ScalarType> output_dtype_;
 };
 
 }  // namespace mfsdp

@@ -4,18 +4,23 @@
 
 #include "core/train/model.h"
 #include "core/train/placement.h"
+#include "core/plan/precision.h"
 
 #include <chrono>
 #include <functional>
 
 namespace mfsdp {
 
-// The part DDP and ZeRO-1 share: on a full replica, clear the gradients, run forward (timed into
-// r.forward_s, loss into r.loss), `before_backward`, then backward. Returns when backward started.
+// The part DDP and ZeRO-1 share: on a full replica of masters, make the policy's compute copies
+// (the masters themselves when they are in the param dtype), run forward on them (timed into
+// r.forward_s, loss into r.loss), `before_backward`, then backward. `grads` receives every
+// parameter's gradient cast to the reduce dtype, contiguous (zeros where it took no part).
+// Returns when backward started.
 std::chrono::steady_clock::time_point replica_forward_backward(const TransformerModel& model, ParamMap& params,
+                                                               const PrecisionPolicy& precision,
                                                                const at::Tensor& tokens, const at::Tensor& targets,
                                                                const std::function<void()>& before_backward,
-                                                               PlacementRunner::Result& r);
+                                                               ParamMap& grads, PlacementRunner::Result& r);
 // CPU copies of every tensor of `params` (detached).
 ParamMap cpu_copies(const ParamMap& params);
 

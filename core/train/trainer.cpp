@@ -139,7 +139,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
   TORCH_CHECK(config.checkpoint_every >= 0, "train: checkpoint_every must be >= 0");
   TORCH_CHECK(config.checkpoint_dir.empty() || runs_on_owner_runtime(config.placement), "train: placement ",
               to_string(config.placement), " does not write checkpoints (owner, reconstruct and alltoall do)");
-  TransformerModel model(config.model);
+  TransformerModel model(config.model, config.runtime.precision.output_dtype);
   check_groups(config);  // before any collective
   const ByteCorpus corpus = ByteCorpus::load(config.data);
   const at::Device device = config.runtime.device;
