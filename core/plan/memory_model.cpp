@@ -56,9 +56,13 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
     }
   }
   usage.total_param_bytes = full_params;
+  const int64_t ce = elem(o.precision.param_dtype);  // the compute copy's element size
+  int64_t full_compute = 0;
   for (const UnitLayout& u : plan.units()) {
     const int64_t e = elem(u.dtype);
-    largest_unit = std::max(largest_unit, u.numel * e);
+    const bool casts = o.precision.casts(u.dtype);
+    full_compute += casts ? u.numel * ce : 0;
+    largest_unit = std::max(largest_unit, u.numel * ce);
     // The gathered buffer also holds a full copy of each even-sharded parameter (copy-out).
     int64_t even_full = 0;
     for (int si : u.shards) {
@@ -67,11 +71,12 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
     }
     for (int r = 0; r < W; ++r) {
       RankUsage& ru = usage.ranks[r];
-      const int64_t mine = u.segments[r].numel * e;
-      ru.param_bytes += mine;
-      ru.grad_bytes += mine;
-      ru.unshard_recv_bytes += u.numel * e - mine;
-      ru.transient_bytes = std::max(ru.transient_bytes, o.prefetch * (u.numel * e - mine + even_full * e));
+      const int64_t mine = u.segments[r].numel;
+      ru.param_bytes += mine * e;
+      ru.grad_bytes += mine * e;
+      ru.unshard_recv_bytes += (u.numel - mine) * ce;
+      const int64_t gathered = (casts ? u.numel : u.numel - mine) + even_full;
+      ru.transient_bytes = std::max(ru.transient_bytes, o.prefetch * gathered * ce);
     }
   }
   for (RankUsage& ru : usage.ranks) {
@@ -88,15 +93,17 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
 
   const int64_t zero3_resident = 2 * zero3_params + zero3_state;
   const int64_t reconstruct = o.optimizer == OptimizerKind::adamw ? 0 : 2 * largest_matrix;
-  const int64_t zero3_transient = std::max(o.prefetch * (largest_unit - largest_unit / W), reconstruct);
+  const bool casts = !plan.units().empty() && o.precision.casts(plan.units()[0].dtype);
+  const int64_t zero3_gathered = casts ? largest_unit : largest_unit - largest_unit / W;
+  const int64_t zero3_transient = std::max(o.prefetch * zero3_gathered, reconstruct);
   usage.placements.push_back({"zero3", zero3_resident, zero3_resident, zero3_resident + zero3_transient});
 
   auto [max_state, mean_state] = max_mean(usage.ranks, [](const RankUsage& r) { return r.state_bytes; });
   const int64_t zero1_max = 2 * full_params + static_cast<int64_t>(max_state);
-  usage.placements.push_back({"zero1", zero1_max, 2 * full_params + static_cast<int64_t>(mean_state), zero1_max});
+  usage.placements.push_back({"zero1", zero1_max, 2 * full_params + static_cast<int64_t>(mean_state), zero1_max + full_compute});
 
   const int64_t ddp = 2 * full_params + full_state;
-  usage.placements.push_back({"ddp", ddp, ddp, ddp});
+  usage.placements.push_back({"ddp", ddp, ddp, ddp + full_compute});
   return usage;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/plan/ownership_plan.h"
 #include "core/plan/optimizer_cost.h"
+#include "core/plan/precision.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -17,6 +18,9 @@ struct MemoryModelOptions {
   OptimizerKind optimizer = OptimizerKind::muon;  // matrix optimizer; everything else AdamW
   OptimizerCostConfig cost;
   int prefetch = 1;  // units gathered at once (the current one plus prefetched ones)
+  // Masters, their gradients and the optimizer state are in the plan's dtype; unshard moves and
+  // the gathered buffer holds the param dtype's copies (with this rank's own segment when it casts).
+  PrecisionPolicy precision;
 };
 
 // One rank of an owner-shaped plan. Optimizer state is kept in the parameter dtype (as
@@ -25,19 +29,22 @@ struct RankUsage {
   int rank = 0;
   int owned_matrices = 0;
   int owned_tails = 0;
-  int64_t param_bytes = 0;  // this rank's segments, alignment and even-shard padding included
-  int64_t grad_bytes = 0;   // same shape as the segments
+  int64_t param_bytes = 0;  // this rank's master segments, alignment and even-shard padding included
+  int64_t grad_bytes = 0;   // same shape and dtype as the segments (the owners' master gradients)
   int64_t state_bytes = 0;  // matrix-optimizer state of owned matrices, AdamW state of the rest
   int64_t resident_bytes = 0;      // params + grads + state: what stays between steps
   double optimizer_cost = 0;       // multiply-adds per step (see optimizer_cost.h)
-  int64_t unshard_recv_bytes = 0;  // bytes received to unshard every unit once (one forward)
-  int64_t transient_bytes = 0;     // prefetch x largest gathered buffer: (unit - own segment) + full copies of its even parameters
+  int64_t unshard_recv_bytes = 0;  // bytes received to unshard every unit once (one forward), param dtype
+  // prefetch x largest gathered buffer, param dtype: (unit - own segment, or the whole unit when
+  // the policy casts) + full copies of its even parameters
+  int64_t transient_bytes = 0;
   int64_t peak_bytes = 0;          // resident + transient
 };
 
 // Memory of one placement: owner (this plan), zero3 (even shards of everything, FSDP2; matrix
 // optimizers reconstruct the largest gradient and momentum at the step), zero1 (full parameters
 // and gradients everywhere, optimizer state on owners as in this plan), ddp (everything full).
+// Under a casting policy the replicas' peak adds the full compute copy.
 struct PlacementMemory {
   std::string placement;
   int64_t max_resident_bytes = 0;

@@ -10,6 +10,8 @@
 #include "core/runtime/owner_runtime.h"
 #include "core/util/tensor_compare.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -52,7 +54,16 @@ struct GridCase {
   int world_size;
   PlannerKind planner;
   TailPolicy tail;
+  c10::ScalarType param_dtype = c10::kFloat;  // bf16: compute copies of float32 masters
 };
+
+// The rank-order mean written out here, independent of core/runtime/reduction: contributions
+// added left to right in float32, divided by W once, in the master dtype.
+at::Tensor expected_mean(const std::vector<at::Tensor>& parts, c10::ScalarType master) {
+  at::Tensor acc = parts[0].to(at::kFloat, false, /*copy=*/true);
+  for (size_t r = 1; r < parts.size(); ++r) acc = acc + parts[r].to(at::kFloat);
+  return (acc / static_cast<double>(parts.size())).to(master);
+}
 
 class RuntimeGrid : public ::testing::TestWithParam<GridCase> {};
 
@@ -65,7 +76,12 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
   popts.planner = gc.planner;
   popts.tail_policy = gc.tail;
   const OwnershipPlan plan = make_plan(model.spec(), gc.world_size, popts);
-  const PlanUsage usage = plan_usage(plan, MemoryModelOptions{});
+  PrecisionPolicy precision;
+  precision.param_dtype = gc.param_dtype;
+  const bool casts = precision.casts(c10::kFloat);
+  MemoryModelOptions mopts;
+  mopts.precision = precision;
+  const PlanUsage usage = plan_usage(plan, mopts);
 
   std::mutex mutex;
   std::vector<ParamMap> local_grads(gc.world_size);  // each rank's own gradient, computed plainly
@@ -80,26 +96,36 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
     auto [tokens, targets] = corpus.batch(/*seed=*/3, /*step=*/0, me, /*batch=*/2, /*seq=*/16);
     Communicator comm(ctx.backend);
     RuntimeOptions pinned_opts;  // reshard after forward: pinned, revived in backward
-    RuntimeOptions kept_opts;
+    pinned_opts.precision = precision;
+    RuntimeOptions kept_opts = pinned_opts;
     kept_opts.reshard_after_forward = false;  // the control: never reshards
     OwnerRuntime rt(plan, comm, pinned_opts, init);
     OwnerRuntime control(plan, comm, kept_opts, init);
 
-    // 1. Unshard reconstructs the initial full parameters bit for bit.
-    ParamMap gathered = rt.gather_full_params();
-    for (const auto& [name, value] : init) {
-      TensorDiff d = diff(gathered.at(name), value);
-      if (!d.bitwise_equal) problem("rank " + std::to_string(me) + " unshard of " + name + ": " + describe(d, gathered.at(name), value));
-    }
-
-    // 1b. Both unshard strategies give the same bits.
-    {
-      RuntimeOptions by_broadcast;
-      by_broadcast.unshard = UnshardStrategy::broadcast;
-      OwnerRuntime other(plan, comm, by_broadcast, init);
-      ParamMap again = other.gather_full_params();
-      for (const auto& [name, value] : init)
-        if (!bitwise_equal(again.at(name), value)) problem("rank " + std::to_string(me) + " broadcast unshard of " + name + " differs");
+    // 1. Unshard reconstructs the initial parameters' compute copies bit for bit (each unit's
+    // full views), by either strategy; the gathered masters are the initial masters.
+    for (UnshardStrategy strategy : {UnshardStrategy::allgather_even, UnshardStrategy::broadcast}) {
+      RuntimeOptions o = pinned_opts;
+      o.unshard = strategy;
+      OwnerRuntime other(plan, comm, o, init);
+      for (int u = 0; u < other.num_units(); ++u) {
+        Unit& unit = other.unit(u);
+        unit.unshard();
+        const std::vector<at::Tensor> views = unit.full_views();
+        for (size_t k = 0; k < views.size(); ++k) {
+          const std::string& name = plan.shards()[unit.shards()[k]].name;
+          const at::Tensor value = init.at(name).to(gc.param_dtype);
+          TensorDiff d = diff(views[k], value);
+          if (!d.bitwise_equal || views[k].scalar_type() != gc.param_dtype)
+            problem("rank " + std::to_string(me) + " " + to_string(strategy) + " unshard of " + name + ": " + describe(d, views[k], value));
+        }
+        unit.reshard(/*keep_for_backward=*/false);
+      }
+      ParamMap gathered = other.gather_full_params();
+      for (const auto& [name, value] : init) {
+        TensorDiff d = diff(gathered.at(name), value);
+        if (!d.bitwise_equal) problem("rank " + std::to_string(me) + " masters of " + name + ": " + describe(d, gathered.at(name), value));
+      }
     }
 
     // 2. Forward moves exactly the segments this rank does not store; pinned views stay bound.
@@ -118,7 +144,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
           forward_problems.push_back("unit " + unit.name() + " is not pinned with 0 bytes after forward");
         for (int s : unit.shards()) {
           const MatrixShard& shard = plan.shards()[s];
-          const bool own = shard.owned() && shard.owner == me;
+          const bool own = shard.owned() && shard.owner == me && !casts;  // a cast copy lives in gathered
           const c10::StorageImpl* where = p.at(shard.name).storage().unsafeGetStorageImpl();
           if (!own && where != unit.gathered_storage_impl()) forward_problems.push_back(shard.name + " is not a view of the gathered storage");
           if (own && where != unit.segment().storage().unsafeGetStorageImpl()) forward_problems.push_back(shard.name + " is owned here but not a view of the segment");
@@ -127,7 +153,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
       int64_t expected_recv = 0;
       for (const UnitLayout& u : plan.units())
         for (int r = 0; r < gc.world_size; ++r)
-          if (r != me) expected_recv += u.segments[r].numel * static_cast<int64_t>(c10::elementSize(u.dtype));
+          if (r != me) expected_recv += u.segments[r].numel * static_cast<int64_t>(c10::elementSize(gc.param_dtype));
       if (comm.counters(Phase::unshard).bytes_recv != expected_recv)
         problem("rank " + std::to_string(me) + " unshard received " + std::to_string(comm.counters(Phase::unshard).bytes_recv) +
                 " bytes, expected " + std::to_string(expected_recv));
@@ -150,7 +176,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
     // 4. Owners hold the rank-order mean of every rank's independently computed gradient.
     {
       ParamMap leaves;
-      for (const auto& [name, value] : init) leaves.emplace(name, value.clone().set_requires_grad(true));
+      for (const auto& [name, value] : init) leaves.emplace(name, value.to(gc.param_dtype, false, true).set_requires_grad(true));
       model.loss(tokens, targets, leaves).backward();
       ParamMap grads;
       for (auto& [name, leaf] : leaves) grads.emplace(name, leaf.grad());
@@ -163,7 +189,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
       if (!mine.defined()) continue;
       std::vector<at::Tensor> parts;
       for (int r = 0; r < gc.world_size; ++r) parts.push_back(local_grads[r].at(s.name));
-      at::Tensor expected = mean_in_rank_order(parts, s.dtype);
+      at::Tensor expected = expected_mean(parts, s.dtype);
       for (const ShardSlice& sl : s.slices)
         if (sl.rank == me) expected = expected.narrow(0, sl.row_begin, sl.rows);
       TensorDiff d = diff(mine, expected);
@@ -174,7 +200,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
     // compute) issues the same collectives and gives the same bits, with at most two units'
     // gathered memory resident.
     {
-      RuntimeOptions prefetch_opts;
+      RuntimeOptions prefetch_opts = pinned_opts;
       prefetch_opts.prefetch = true;
       OwnerRuntime prefetched(plan, comm, prefetch_opts, init);
       comm.reset_counters();
@@ -204,7 +230,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
     // 4c. Fast mode (reduce-scatter of the even tail, native reduce of owned remainders) gives
     // owners the same mean up to summation order.
     {
-      RuntimeOptions fast_opts;
+      RuntimeOptions fast_opts = pinned_opts;
       fast_opts.reduce = ReduceMode::fast;
       OwnerRuntime fast(plan, comm, fast_opts, init);
       forward_backward(fast, model, tokens, targets);
@@ -252,7 +278,8 @@ std::vector<GridCase> grid() {
   std::vector<GridCase> cases;
   for (int w = 1; w <= 5; ++w)
     for (PlannerKind p : {PlannerKind::round_robin, PlannerKind::balanced})
-      for (TailPolicy t : {TailPolicy::even, TailPolicy::owner}) cases.push_back({w, p, t});
+      for (TailPolicy t : {TailPolicy::even, TailPolicy::owner})
+        for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, p, t, d});
   return cases;
 }
 
@@ -264,8 +291,33 @@ INSTANTIATE_TEST_SUITE_P(TinyModel, RuntimeGrid, ::testing::ValuesIn(grid()),
                            name += to_string(info.param.planner);
                            name += '_';
                            name += to_string(info.param.tail);
+                           if (info.param.param_dtype == c10::kBFloat16) name += "_bf16";
                            return name;
                          });
+
+// bf16 contributions of widely spread magnitudes (W = 5): the shared routine equals the float32
+// rank-order loop above, and each alternative a change could introduce (bf16 accumulation,
+// reversed order, dividing every contribution) gives different bits on this input, so none of them
+// passes unseen.
+TEST(Reduction, Bf16ContributionsAccumulateInFloat32InRankOrderAndDivideOnce) {
+  constexpr int W = 5;
+  at::Generator gen = at::detail::createCPUGenerator(17);
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < W; ++r) {
+    at::Tensor magnitude = at::empty({4096}).uniform_(-30, 4, gen).exp2();
+    parts.push_back((at::empty({4096}).normal_(0, 1, gen) * magnitude).to(at::kBFloat16));
+  }
+  const at::Tensor got = mean_in_rank_order(parts, at::kFloat);
+  EXPECT_TRUE(bitwise_equal(got, expected_mean(parts, at::kFloat)));
+  at::Tensor bf16_acc = parts[0].clone();
+  for (int r = 1; r < W; ++r) bf16_acc = bf16_acc + parts[r];
+  EXPECT_FALSE(bitwise_equal(got, (bf16_acc / double{W}).to(at::kFloat))) << "bf16 accumulation is not seen";
+  std::vector<at::Tensor> reversed(parts.rbegin(), parts.rend());
+  EXPECT_FALSE(bitwise_equal(got, expected_mean(reversed, at::kFloat))) << "reversed order is not seen";
+  at::Tensor each = parts[0].to(at::kFloat) / double{W};
+  for (int r = 1; r < W; ++r) each = each + parts[r].to(at::kFloat) / double{W};
+  EXPECT_FALSE(bitwise_equal(got, each)) << "dividing each contribution is not seen";
+}
 
 TEST(RuntimeErrors, MismatchedPlansFailBeforeAnyUnitCollective) {
   const TransformerModel model(tiny());
