@@ -26,6 +26,13 @@ const at::Tensor& get(const ParamMap& p, const std::string& name) {
   return it->second;
 }
 
+at::Tensor maybe_bias(const ParamMap& p, const std::string& name) {
+  auto it = p.find(name);
+  return it == p.end() ? at::Tensor() : it->second;
+}
+
+}  // namespace
+
 // Normalised in float32, cast back, then scaled by the weight in the compute dtype (as Llama's
 // RMSNorm). In float32 the casts are no-ops: the same ops as x * rsqrt(mean(x^2) + eps) * w.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) {
@@ -34,12 +41,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) {
   return (xf * (xf.pow(2).mean({-1}, /*keepdim=*/true) + kEps).rsqrt()).to(x.scalar_type()) * w;
 }
 
-at::Tensor maybe_bias(const ParamMap& p, const std::string& name) {
-  auto it = p.find(name);
-  return it == p.end() ? at::Tensor() : it->second;
+at::Tensor attention_softmax(const at::Tensor& scores, c10::ScalarType dtype) {
+  return at::softmax(scores.to(at::kFloat), -1).to(dtype);
 }
-
-}  // namespace
 
 TransformerModel::TransformerModel(TransformerConfig config, std::optional<c10::ScalarType> output_dtype)
     : config_(std::move(config)), spec_(transformer_spec(config_)), output_dtype_(output_dtype) {}
@@ -79,7 +83,7 @@ at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& input, const
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   at::Tensor future = at::triu(at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(x.device())), 1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  at::Tensor probs = at::softmax(scores.to(at::kFloat), -1).to(v.scalar_type());
+  at::Tensor probs = attention_softmax(scores, v.scalar_type());
   at::Tensor attn = at::matmul(probs, v).transpose(1, 2).reshape({B, S, H});
   at::Tensor y = x + at::linear(attn, get(p, pre + "attn.o.weight"));
   h = rms_norm(y, get(p, pre + "mlp_norm.weight"));

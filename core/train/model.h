@@ -21,6 +21,12 @@ namespace mfsdp {
 // an output dtype, casts its output to it. Three things are computed in float32 whatever the
 // compute dtype (docs/precision.md), each cast back to it afterwards: RMSNorm's normalisation (the
 // weight multiplies in the compute dtype), the attention softmax, and the cross-entropy loss.
+// The two float32 islands inside a unit (exposed for their tests): RMSNorm over the last dimension
+// (normalised in float32, cast back to x's dtype, then times w) and the attention softmax over the
+// last dimension (in float32, cast back to `dtype`).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w);
+at::Tensor attention_softmax(const at::Tensor& scores, c10::ScalarType dtype);
+
 class TransformerModel {
  public:
   explicit TransformerModel(TransformerConfig config, std::optional<c10::ScalarType> output_dtype = {});

@@ -13,6 +13,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/softmax.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -317,6 +318,51 @@ TEST(Reduction, Bf16ContributionsAccumulateInFloat32InRankOrderAndDivideOnce) {
   at::Tensor each = parts[0].to(at::kFloat) / double{W};
   for (int r = 1; r < W; ++r) each = each + parts[r].to(at::kFloat) / double{W};
   EXPECT_FALSE(bitwise_equal(got, each)) << "dividing each contribution is not seen";
+}
+
+// What stays float32 under a bf16 compute dtype (docs/precision.md): RMSNorm's normalisation, the
+// attention softmax and the loss; each is checked against its float32 formula and seen to differ
+// from the all-bf16 one. Unit outputs are bf16, float32 with an output dtype, and that cast
+// changes no bit of the loss or the gradients.
+TEST(Precision, NormSoftmaxAndLossRunInFloat32UnderBf16) {
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  const at::Tensor x = (at::empty({2, 5, 64}).normal_(3, 1, gen)).to(at::kBFloat16);
+  const at::Tensor w = at::empty({64}).normal_(1, 0.1, gen).to(at::kBFloat16);
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor normed = rms_norm(x, w);
+  EXPECT_EQ(normed.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(bitwise_equal(normed, (xf * (xf.pow(2).mean({-1}, true) + 1e-6).rsqrt()).to(at::kBFloat16) * w));
+  EXPECT_FALSE(bitwise_equal(normed, x * (x.pow(2).mean({-1}, true) + 1e-6).rsqrt() * w)) << "an all-bf16 RMSNorm is not seen";
+  const at::Tensor scores = (at::empty({2, 4, 8, 8}).normal_(0, 4, gen)).to(at::kBFloat16);
+  const at::Tensor probs = attention_softmax(scores, at::kBFloat16);
+  EXPECT_TRUE(bitwise_equal(probs, at::softmax(scores.to(at::kFloat), -1).to(at::kBFloat16)));
+  // (ATen's own bf16 softmax kernel already works in float32 on the CPU; one with bf16
+  // intermediates gives other bits.)
+  const at::Tensor e = (scores - std::get<0>(scores.max(-1, true))).exp();
+  EXPECT_FALSE(bitwise_equal(probs, e / e.sum(-1, true))) << "a softmax with bf16 intermediates is not seen";
+
+  const TransformerConfig config = tiny();
+  const ByteCorpus corpus = ByteCorpus::load();
+  auto [tokens, targets] = corpus.batch(3, 0, 0, 2, 16);
+  ParamMap grads_plain, grads_output;
+  auto run = [&](const TransformerModel& model, ParamMap& grads) {
+    ParamMap p;
+    for (auto& [name, v] : model.init(7)) p.emplace(name, v.to(at::kBFloat16).set_requires_grad(true));
+    at::Tensor h = tokens;
+    for (int u = 0; u + 1 < model.num_units(); ++u) {
+      h = model.unit_forward(u, h, p, targets);
+      EXPECT_EQ(h.scalar_type(), model.output_dtype().value_or(at::kBFloat16)) << "unit " << u;
+    }
+    at::Tensor loss = model.unit_forward(model.num_units() - 1, h, p, targets);
+    EXPECT_EQ(loss.scalar_type(), at::kFloat);
+    loss.backward();
+    for (auto& [name, v] : p) grads.emplace(name, v.grad());
+    return loss;
+  };
+  const at::Tensor plain = run(TransformerModel(config), grads_plain);
+  const at::Tensor with_output = run(TransformerModel(config, at::kFloat), grads_output);
+  EXPECT_TRUE(bitwise_equal(plain, with_output));
+  for (const auto& [name, g] : grads_plain) EXPECT_TRUE(bitwise_equal(g, grads_output.at(name))) << name;
 }
 
 TEST(RuntimeErrors, MismatchedPlansFailBeforeAnyUnitCollective) {
