@@ -30,7 +30,10 @@ struct PlanArgs {
   std::string planner = "balanced";
   std::string tail_policy = "even";
   std::string optimizer = "muon";
-  std::string dtype;  // empty: the preset's own (bf16 for the large presets), or the spec's
+  // The precision policy, spelled as in `mfsdp train`. No --param-dtype: every copy in the
+  // spec's own dtype (bf16 for the large presets), nothing cast; with it, fp32 masters, gradients
+  // and state, and compute copies in the param dtype.
+  std::string param_dtype, reduce_dtype, output_dtype;
   std::string assign_file;
   std::vector<std::string> place;
   int prefetch = 1;
@@ -49,17 +52,27 @@ std::string read_input(const std::string& path) {
 }
 
 ModelSpec load_model(const PlanArgs& a) {
-  if (is_preset(a.model)) {
-    return preset(a.model, a.dtype.empty() ? preset_config(a.model).dtype : dtype_from_string(a.dtype));
-  }
+  const bool policy = !a.param_dtype.empty();  // masters are fp32 under a policy
+  if (is_preset(a.model)) return preset(a.model, policy ? c10::kFloat : preset_config(a.model).dtype);
   if (a.model.find('/') == std::string::npos && a.model.find(".json") == std::string::npos) {
     preset_config(a.model);  // throws: unknown preset, listing the known ones
   }
   ModelSpec spec = model_spec_from_json(read_input(a.model), a.model);
-  if (!a.dtype.empty()) {
-    for (auto& p : spec.params) p.dtype = dtype_from_string(a.dtype);
+  if (policy) {
+    for (auto& p : spec.params) p.dtype = c10::kFloat;
   }
   return spec;
+}
+
+// The policy over the spec's masters: none given means compute in the masters' own dtype.
+PrecisionPolicy plan_precision(const PlanArgs& a, const ModelSpec& spec) {
+  if (!a.param_dtype.empty())
+    return precision_from_flags(a.param_dtype, a.reduce_dtype.empty() ? "fp32" : a.reduce_dtype, a.output_dtype);
+  TORCH_CHECK(a.reduce_dtype.empty() && a.output_dtype.empty(), "plan: --",
+              a.reduce_dtype.empty() ? "output" : "reduce", "-dtype needs --param-dtype (a policy over fp32 masters)");
+  PrecisionPolicy p;
+  p.param_dtype = p.reduce_dtype = spec.params.empty() ? c10::kFloat : spec.params.front().dtype;
+  return p;
 }
 
 PlannerOptions planner_options(const PlanArgs& a) {
@@ -131,6 +144,7 @@ int run_plan(const PlanArgs& a) {
     if (a.world_size <= 0) throw UsageError("plan: --world-size must be a positive integer, got " + std::to_string(a.world_size));
     spec = load_model(a);
     options = planner_options(a);
+    mem.precision = plan_precision(a, spec);
     mem.optimizer = options.optimizer;
     mem.cost = options.cost;
     mem.prefetch = a.prefetch;
@@ -154,6 +168,13 @@ int run_plan(const PlanArgs& a) {
     j["planner"] = to_string(options.planner);
     j["tail_policy"] = to_string(options.tail_policy);
     j["optimizer"] = to_string(options.optimizer);
+    {
+      nlohmann::ordered_json p{{"master_dtype", short_dtype_name(spec.params.empty() ? c10::kFloat : spec.params.front().dtype)},
+                               {"param_dtype", short_dtype_name(mem.precision.param_dtype)},
+                               {"reduce_dtype", short_dtype_name(mem.precision.reduce_dtype)}};
+      if (mem.precision.output_dtype) p["output_dtype"] = short_dtype_name(*mem.precision.output_dtype);
+      j["precision"] = p;
+    }
     j["plan_hash"] = plan->hash_hex();
     j["params"] = spec.numel();
     j["owned_matrices"] = owned;
@@ -167,9 +188,12 @@ int run_plan(const PlanArgs& a) {
 
   std::printf("plan: model %s, %lld parameters (%.3f B), %d owned matrices in %zu units\n", spec.name.c_str(),
               static_cast<long long>(spec.numel()), spec.numel() / 1e9, owned, plan->units().size());
-  std::printf("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n\n",
+  std::printf("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n",
               a.world_size, to_string(options.planner), to_string(options.tail_policy), to_string(options.optimizer),
               a.prefetch, plan->hash_hex().c_str(), plan_seconds);
+  std::printf("      precision: %s masters, gradients and state; %s compute copies (unshard, gathered, forward/backward)\n\n",
+              short_dtype_name(spec.params.empty() ? c10::kFloat : spec.params.front().dtype),
+              short_dtype_name(mem.precision.param_dtype));
   double largest = 0;
   for (const RankUsage& r : usage.ranks) largest = std::max({largest, double(r.peak_bytes), double(r.resident_bytes)});
   for (const auto& p : usage.placements) largest = std::max(largest, double(p.max_peak_bytes));
@@ -227,7 +251,10 @@ void add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced | explicit");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer)");
-  cmd->add_option("--dtype", a->dtype, "bf16 | fp32 (| fp16 | fp64): override the parameters' dtype");
+  cmd->add_option("--param-dtype", a->param_dtype,
+                  "fp32 | bf16: compute copies over fp32 masters, as train (default: the spec's dtype throughout, nothing cast)");
+  cmd->add_option("--reduce-dtype", a->reduce_dtype, "fp32 | bf16: gradients on the wire, as train (default fp32; needs --param-dtype)");
+  cmd->add_option("--output-dtype", a->output_dtype, "fp32 | bf16: unit outputs, as train (needs --param-dtype)");
   cmd->add_option("--assign", a->assign_file, "With --planner explicit: JSON {\"param\": rank, \"<unit>/tail\": rank}");
   cmd->add_option("--place", a->place, "PATTERN=owned_matrix|even_shard: override the default placement (glob)");
   cmd->add_option("--prefetch", a->prefetch, "Units gathered at once, for the transient memory")->check(CLI::Range(1, 16));

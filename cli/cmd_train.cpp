@@ -69,6 +69,7 @@ struct TrainArgs {
   std::string resume_from;
   bool overwrite_checkpoints = false;
   std::vector<std::string> groups;
+  std::string param_dtype = "fp32", reduce_dtype = "fp32", output_dtype;
 };
 
 TrainConfig make_config(const TrainArgs& a) {
@@ -88,6 +89,7 @@ TrainConfig make_config(const TrainArgs& a) {
   c.runtime.optimizer = c.planner.optimizer;
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = a.prefetch;
+  c.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, a.output_dtype);
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
   check_groups(c);
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
@@ -156,10 +158,11 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   }
   if (ctx.rank == 0) {
     std::printf("train: placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
-                "%d steps of %lld x %lld tokens per rank\n",
+                "precision %s over fp32 masters, %d steps of %lld x %lld tokens per rank\n",
                 a.placement.c_str(), ctx.world_size, a.device.c_str(), a.backend.c_str(), a.planner.c_str(),
                 a.tail_policy.c_str(), a.optimizer.c_str(), a.fast ? "fast" : "deterministic",
-                a.prefetch ? ", prefetch" : "", a.steps, static_cast<long long>(a.batch), static_cast<long long>(a.seq));
+                a.prefetch ? ", prefetch" : "", to_string(config.runtime.precision).c_str(), a.steps,
+                static_cast<long long>(a.batch), static_cast<long long>(a.seq));
     std::fflush(stdout);
   }
   if (ctx.rank == 0 && a.resume && config.resume_from.empty()) {
@@ -243,7 +246,13 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
                 static_cast<unsigned long long>(result.plan_hash));
   }
   if (metrics) {
-    metrics->write(nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"ranks", ranks}}.dump() + "\n");
+    const PrecisionPolicy& pp = config.runtime.precision;
+    nlohmann::ordered_json precision{{"param_dtype", short_dtype_name(pp.param_dtype)},
+                                     {"reduce_dtype", short_dtype_name(pp.reduce_dtype)},
+                                     {"master_dtype", "fp32"}};
+    if (pp.output_dtype) precision["output_dtype"] = short_dtype_name(*pp.output_dtype);
+    metrics->write(nlohmann::ordered_json{{"summary", true}, {"world_size", ctx.world_size}, {"precision", precision},
+                                          {"ranks", ranks}}.dump() + "\n");
     metrics->commit();
     std::printf("metrics: %s\n", a.metrics.c_str());
   }
@@ -321,6 +330,11 @@ void add_train_command(CLI::App& app, Action& run) {
   auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
   cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
+  cmd->add_option("--param-dtype", a->param_dtype,
+                  "fp32 | bf16: the compute copy unshard sends and forward/backward use (masters stay fp32)");
+  cmd->add_option("--reduce-dtype", a->reduce_dtype,
+                  "fp32 | bf16: gradients on the wire (deterministic mode accumulates in fp32 either way)");
+  cmd->add_option("--output-dtype", a->output_dtype, "fp32 | bf16: cast each unit's output to it (default: as computed)");
   cmd->add_flag("--prefetch", a->prefetch, "Overlap: unshard the next unit (revive the previous one in backward) while this one computes");
   cmd->add_option("--device", a->device, "cpu | cuda (rank r on GPU r mod count)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--backend", a->backend, "gloo (CPU or CUDA tensors) | nccl (CUDA, one GPU per rank)")

@@ -142,17 +142,26 @@ struct Target {
   PlannerKind planner;
   TailPolicy tail;
   Placement placement = Placement::owner;
+  std::optional<c10::ScalarType> param_dtype;  // resume under another policy than the writer's
 };
 
-class Reshard : public ::testing::TestWithParam<OptimizerKind> {
+// The writer's precision: float32, or bf16 compute copies of float32 masters.
+using ReshardParam = std::tuple<OptimizerKind, c10::ScalarType>;
+
+class Reshard : public ::testing::TestWithParam<ReshardParam> {
  protected:
   std::function<void()> oracle_snapshot_;
 };
 
 TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheSameState) {
-  const OptimizerKind optimizer = GetParam();
+  const auto [optimizer, param_dtype] = GetParam();
   const std::string root = temp_dir("reshard");
-  TrainConfig write = base_config(optimizer);
+  auto config = [&, param_dtype = param_dtype] {
+    TrainConfig c = base_config(optimizer);
+    c.runtime.precision.param_dtype = param_dtype;
+    return c;
+  };
+  TrainConfig write = config();
   write.steps = 5;
   write.checkpoint_dir = root;
   write.checkpoint_every = 5;
@@ -167,7 +176,7 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
     TrainConfig oracle = write;
     oracle.checkpoint_dir.clear();
     train_loop(ctx, oracle, [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
-      auto o = std::make_unique<DdpOracle>(model, comm, oracle.runtime, init);
+      auto o = std::make_unique<DdpOracle>(model, comm, oracle.runtime, init, oracle.runtime.precision);
       const DdpOracle* seen = o.get();
       if (ctx.rank == 0)
         oracle_snapshot_ = [&, seen] {
@@ -209,8 +218,13 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
     targets.push_back({"W=3 reconstruct placement", 3, PlannerKind::balanced, TailPolicy::even, Placement::reconstruct});
     targets.push_back({"W=2 alltoall placement", 2, PlannerKind::balanced, TailPolicy::even, Placement::alltoall});
   }
+  // Another precision policy: the masters and state are float32 whatever the writer's policy, so
+  // the continuation is exact (the oracle continues under the new policy too).
+  targets.push_back({"W=3 balanced/even under the other policy", 3, PlannerKind::balanced, TailPolicy::even,
+                     Placement::owner, param_dtype == c10::kFloat ? c10::kBFloat16 : c10::kFloat});
   for (const Target& t : targets) {
-    TrainConfig c = base_config(optimizer);
+    TrainConfig c = config();
+    if (t.param_dtype) c.runtime.precision.param_dtype = *t.param_dtype;
     c.steps = 15;  // 10 steps after the checkpoint
     c.resume_from = root;
     c.planner.planner = t.planner;
@@ -249,15 +263,20 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
     // ... yet every byte of it was verified, once in all.
     EXPECT_EQ(verified, total) << t.name;
     if (failures.empty())
-      std::printf("%s, %s: 10 steps after a W=4 checkpoint bit-identical to the oracle; most read by a rank %lld of %lld bytes\n",
-                  to_string(optimizer), t.name.c_str(), static_cast<long long>(read_most.load()), static_cast<long long>(total));
+      std::printf("%s, %s: 10 steps after a W=4 %s checkpoint bit-identical to the oracle; most read by a rank %lld of %lld bytes\n",
+                  to_string(optimizer), t.name.c_str(), short_dtype_name(param_dtype), static_cast<long long>(read_most.load()), static_cast<long long>(total));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, Reshard,
-                         ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::shampoo,
-                                           OptimizerKind::soap),
-                         name_of);
+                         ::testing::Combine(::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(c10::kFloat, c10::kBFloat16)),
+                         [](const ::testing::TestParamInfo<ReshardParam>& info) {
+                           std::string name = to_string(std::get<0>(info.param));
+                           if (std::get<1>(info.param) == c10::kBFloat16) name += "_bf16";
+                           return name;
+                         });
 
 // ---- Bad input --------------------------------------------------------------------------------
 
@@ -325,15 +344,40 @@ TEST_F(BadInput, MissingRankFile) {
 
 TEST_F(BadInput, UnknownFormatVersion) {
   std::string text = slurp(file("layout.json"));
-  const std::string from = "\"format_version\": 2";
+  const std::string from = "\"format_version\": 3";
   ASSERT_NE(text.find(from), std::string::npos);
   text.replace(text.find(from), from.size(), "\"format_version\": 99");
   spit(file("layout.json"), seal_layout(text));
-  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads versions 1 to 2\\)");
+  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads versions 1 to 3\\)");
 }
 
 // Any byte of layout.json changed (here one digit of a learning rate, which parses as well as the
 // original): the seal refuses it before any field is believed.
+// Format 3 added the precision record; a format-2 layout (no record, every such run was float32)
+// still loads, read as the float32 policy, and a bad record is refused naming the field.
+TEST_F(BadInput, Format2LayoutWithoutPrecisionLoadsAsFloat32) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(slurp(file("layout.json")));
+  ASSERT_EQ(j["precision"]["param_dtype"], "fp32");
+  j.erase("precision");
+  j["format_version"] = 2;
+  j.erase("layout_crc32");
+  j["layout_crc32"] = "00000000";
+  spit(file("layout.json"), seal_layout(j.dump(1) + "\n"));
+  const CheckpointLayout L = read_layout(dir_);
+  EXPECT_EQ(L.format_version, 2);
+  EXPECT_EQ(L.precision, precision_to_json(PrecisionPolicy{}));
+  EXPECT_EQ(read_full_state(dir_).step, 2);
+}
+
+TEST_F(BadInput, UnknownPrecisionDtype) {
+  std::string text = slurp(file("layout.json"));
+  const std::string from = "\"param_dtype\": \"fp32\"";
+  ASSERT_NE(text.find(from), std::string::npos);
+  text.replace(text.find(from), from.size(), "\"param_dtype\": \"int8\"");
+  spit(file("layout.json"), seal_layout(text));
+  expect_error("layout\\.precision\\.param_dtype: is 'int8', not fp32 or bf16");
+}
+
 TEST_F(BadInput, EditedLayoutWithoutItsSeal) {
   std::string text = slurp(file("layout.json"));
   const size_t at = text.find("\"lr\": ");

@@ -3,6 +3,7 @@
 #include "core/io/checkpoint_dir.h"
 
 #include "core/dist/rank_agreement.h"
+#include "core/plan/precision.h"
 #include "core/util/crc32.h"
 #include "core/util/files.h"
 
@@ -169,6 +170,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
       layout.plan = std::shared_ptr<const OwnershipPlan>(&plan, [](const OwnershipPlan*) {});
       layout.model = ctx.model;
       layout.optimizers = ctx.optimizers;
+      layout.precision = precision_to_json(rt.options().precision);
       std::vector<nlohmann::json> ranks, manifests;
       for (const std::string& p : payloads) {
         nlohmann::json j = nlohmann::json::parse(p);
@@ -472,7 +474,11 @@ bool inspect_checkpoint(const std::string& checkpoint, bool verify, std::string&
       << plan.hash_hex() << "\n"
       << "  model " << L.model.dump() << "\n"
       << "  optimizers: matrix " << L.optimizers.value("matrix", std::string("?")) << ", other "
-      << L.optimizers.value("other", std::string("?")) << "\n";
+      << L.optimizers.value("other", std::string("?")) << "\n"
+      << "  precision: masters " << L.precision.value("master_dtype", std::string("?")) << ", compute "
+      << L.precision.value("param_dtype", std::string("?")) << ", reduce " << L.precision.value("reduce_dtype", std::string("?"))
+      << (L.format_version < 3 ? " (format " + std::to_string(L.format_version) + ": recorded no policy; it ran fp32)" : std::string())
+      << "\n";
   std::map<std::string, std::string> opt_kind;
   for (const CheckpointRank& r : L.ranks)
     for (const CheckpointOptimizer& o : r.optimizers) opt_kind[o.param] = to_string(o.kind);

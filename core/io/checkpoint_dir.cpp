@@ -139,8 +139,13 @@ std::optional<int64_t> latest_step(const std::string& dir) {
   return step;
 }
 
-SettingsDiff compare_settings(const CheckpointLayout& layout, const nlohmann::json& model, const nlohmann::json& optimizers) {
+SettingsDiff compare_settings(const CheckpointLayout& layout, const nlohmann::json& model, const nlohmann::json& optimizers,
+                              const nlohmann::json& precision) {
   SettingsDiff d;
+  if (layout.precision != precision) {
+    d.allowed.push_back("precision was " + layout.precision.dump() + ", is " + precision.dump() +
+                        " (the float32 masters and optimizer state resume exactly; the steps from here compute under the new policy)");
+  }
   std::map<std::string, nlohmann::json> then_model, now_model;
   flatten(layout.model, "", then_model);
   flatten(model, "", now_model);

@@ -49,6 +49,9 @@ std::optional<int64_t> latest_step(const std::string& dir);
 struct SettingsDiff {
   std::vector<std::string> refused, allowed;
 };
-SettingsDiff compare_settings(const CheckpointLayout& layout, const nlohmann::json& model, const nlohmann::json& optimizers);
+// A changed precision policy is allowed (said): the checkpoint holds float32 masters and float32
+// state whatever the policy, so they resume exactly; only the steps from there compute differently.
+SettingsDiff compare_settings(const CheckpointLayout& layout, const nlohmann::json& model, const nlohmann::json& optimizers,
+                              const nlohmann::json& precision);
 
 }  // namespace mfsdp

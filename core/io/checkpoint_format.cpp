@@ -1,6 +1,7 @@
 #include "core/io/checkpoint_format.h"
 
 #include "core/plan/plan_json.h"
+#include "core/plan/precision.h"
 
 #include "core/util/crc32.h"
 #include "core/util/files.h"
@@ -120,6 +121,7 @@ std::string layout_json(const CheckpointLayout& layout, const std::vector<nlohma
                            {"plan", plan_to_json(*layout.plan)},
                            {"ranks", ranks},
                            {"manifest", manifest}};
+  if (layout.format_version >= 3) j["precision"] = layout.precision;
   if (layout.format_version < 2) return j.dump(1) + "\n";
   j["layout_crc32"] = "00000000";
   return seal_layout(j.dump(1) + "\n");
@@ -234,6 +236,16 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
   L.placement = f.string("placement");
   L.model = f.object("model");
   L.optimizers = f.object("optimizers");
+  if (L.format_version >= 3) {
+    L.precision = f.object("precision");
+    const Fields p{f.object("precision"), path, f.in("precision"), kCheckpoint};
+    for (const char* key : {"master_dtype", "param_dtype", "reduce_dtype"}) {
+      const std::string d = p.string(key);
+      if (d != "fp32" && d != "bf16") bad_layout(path, p.in(key), "is '" + d + "', not fp32 or bf16");
+    }
+  } else {
+    L.precision = precision_to_json(PrecisionPolicy{});
+  }
   L.plan = std::make_shared<OwnershipPlan>(plan_from_json(f.object("plan"), path));
   const OwnershipPlan& plan = *L.plan;
   const int W = plan.world_size();

@@ -23,7 +23,7 @@ namespace mfsdp {
 constexpr const char* kCheckpointFormat = "mfsdp-checkpoint";
 // Version 2 seals layout.json with its own checksum (layout_crc32) and binds `latest` to the
 // layout it names; version 1 (no seal) is still read, its rank files verified as before.
-constexpr int kCheckpointFormatVersion = 2;
+constexpr int kCheckpointFormatVersion = 3;
 constexpr int kOldestReadableFormatVersion = 1;
 // Chunk checksums: 4 KiB chunks, doubled until a file has at most 1024 of them, so a reader of a
 // few byte ranges verifies (and reads) at most two chunks more per range than it needs.
@@ -76,6 +76,9 @@ struct CheckpointLayout {
   std::shared_ptr<const OwnershipPlan> plan;  // world size, planner, tail policy, shards, segments
   nlohmann::json model;       // the model's configuration
   nlohmann::json optimizers;  // kinds and hyperparameters, parameter groups
+  // The precision policy the run trained under (format 3; precision_to_json). Read from older
+  // formats as the float32 policy they all ran: the stored tensors are float32 masters either way.
+  nlohmann::json precision;
   std::vector<CheckpointRank> ranks;  // one per rank of plan->world_size(), in rank order
   std::vector<FileManifest> manifest;  // one per rank file
 

@@ -3,20 +3,20 @@
 #include "core/plan/model_spec.h"
 
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 namespace mfsdp {
 namespace {
 
 c10::ScalarType policy_dtype(const char* flag, const std::string& name) {
-  c10::ScalarType d = c10::kFloat;
+  std::optional<c10::ScalarType> d;
   try {
     d = dtype_from_string(name);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, flag, ": ", e.what_without_backtrace());
+  } catch (const c10::Error&) {
   }
-  TORCH_CHECK(d == c10::kFloat || d == c10::kBFloat16, flag, ": '", name,
-              "' is not a policy dtype (fp32 or bf16; masters are fp32)");
-  return d;
+  TORCH_CHECK(d && (*d == c10::kFloat || *d == c10::kBFloat16), flag, ": '", name,
+              "' is not a policy dtype (fp32 or bf16, also spelled float32, bfloat16; masters are fp32)");
+  return *d;
 }
 
 }  // namespace
@@ -38,6 +38,14 @@ const char* short_dtype_name(c10::ScalarType dtype) {
     case c10::kDouble: return "fp64";
     default: return c10::toString(dtype);
   }
+}
+
+nlohmann::json precision_to_json(const PrecisionPolicy& policy, c10::ScalarType master) {
+  nlohmann::ordered_json j{{"master_dtype", short_dtype_name(master)},
+                           {"param_dtype", short_dtype_name(policy.param_dtype)},
+                           {"reduce_dtype", short_dtype_name(policy.reduce_dtype)}};
+  if (policy.output_dtype) j["output_dtype"] = short_dtype_name(*policy.output_dtype);
+  return nlohmann::json(j);
 }
 
 std::string to_string(const PrecisionPolicy& policy) {

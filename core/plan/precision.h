@@ -13,6 +13,7 @@
 #pragma once
 
 #include <c10/core/ScalarType.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <optional>
 #include <string>
@@ -37,5 +38,8 @@ PrecisionPolicy precision_from_flags(const std::string& param_dtype, const std::
 // "param bf16, reduce fp32" (and ", output fp32" when set).
 std::string to_string(const PrecisionPolicy& policy);
 const char* short_dtype_name(c10::ScalarType dtype);  // fp32, bf16, fp16, fp64
+// {"master_dtype", "param_dtype", "reduce_dtype"[, "output_dtype"]}: what checkpoints, metrics and
+// plan JSON record.
+nlohmann::json precision_to_json(const PrecisionPolicy& policy, c10::ScalarType master = c10::kFloat);
 
 }  // namespace mfsdp

@@ -154,7 +154,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     if (!config.resume_from.empty()) {
       resumed = resolve_checkpoint(config.resume_from);
       const SettingsDiff d =
-          compare_settings(read_layout(resumed), model_config_json(config.model), optimizers_to_json(config.runtime));
+          compare_settings(read_layout(resumed), model_config_json(config.model), optimizers_to_json(config.runtime),
+                           precision_to_json(config.runtime.precision));
       if (!d.refused.empty()) {
         std::string all;
         for (const std::string& r : d.refused) all += (all.empty() ? "" : "; ") + r;
