@@ -1,5 +1,6 @@
 // Golden loss trajectories: deterministic CPU runs of the tiny model (W in {1, 2, 4} x optimizer in
-// {muon, adamw, shampoo, soap}, 30 steps) against golden/tiny_w<W>_<optimizer>.json, which holds
+// {muon, adamw, shampoo, soap} x precision in {fp32, bf16 compute over fp32 masters}, 30 steps)
+// against golden/tiny_w<W>_<optimizer>[_bf16].json, which holds
 // every step's loss as an exact hex float and a digest (plus per-parameter CRC-32s) of the final
 // parameters, with the configuration and the platform fingerprint it was made on.
 //
@@ -49,8 +50,9 @@ std::string golden_device() {
   return d && std::string(d) == "cuda" ? "cuda" : "cpu";
 }
 
-TrainConfig golden_config(int world_size, OptimizerKind optimizer) {
+TrainConfig golden_config(int world_size, OptimizerKind optimizer, c10::ScalarType param_dtype) {
   TrainConfig c;  // the `mfsdp train` defaults
+  c.runtime.precision.param_dtype = param_dtype;
   c.model = preset_config("tiny");
   c.steps = kSteps;
   c.batch = 4;
@@ -142,22 +144,24 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
   return {"crc32:" + hex32(all), each};
 }
 
-std::string golden_file(int W, OptimizerKind o) { return "tiny_w" + std::to_string(W) + "_" + to_string(o) + ".json"; }
+std::string golden_file(int W, OptimizerKind o, c10::ScalarType d) {
+  return "tiny_w" + std::to_string(W) + "_" + to_string(o) + (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
+}
 
 // This platform's golden: golden/cpu/<ATen capability>-<oneDNN ISA>/ (lower case) or golden/cuda/.
-std::string golden_path(int W, OptimizerKind o) {
+std::string golden_path(int W, OptimizerKind o, c10::ScalarType d) {
   std::string dir = std::string(MFSDP_GOLDEN_DIR) + "/cuda";
   if (golden_device() == "cpu") {
     std::string cap = at::get_cpu_capability();
     for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     dir = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap + "-" + onednn_isa();
   }
-  return dir + "/" + golden_file(W, o);
+  return dir + "/" + golden_file(W, o, d);
 }
 
 // Where no golden was made on this platform: another CPU set (compared within kTolerance), one with
 // the same ATen capability first.
-std::string other_platform_golden(int W, OptimizerKind o) {
+std::string other_platform_golden(int W, OptimizerKind o, c10::ScalarType d) {
   std::vector<std::string> sets;
   const std::string root = std::string(MFSDP_GOLDEN_DIR) + "/cpu";
   if (DIR* d = ::opendir(root.c_str())) {
@@ -170,11 +174,11 @@ std::string other_platform_golden(int W, OptimizerKind o) {
   for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::stable_partition(sets.begin(), sets.end(), [&](const std::string& s) { return s.rfind(cap + "-", 0) == 0; });
   for (const std::string& set : sets) {
-    const std::string p = root + "/" + set + "/" + golden_file(W, o);
+    const std::string p = root + "/" + set + "/" + golden_file(W, o, d);
     struct stat st {};
     if (::stat(p.c_str(), &st) == 0) return p;
   }
-  return golden_path(W, o);
+  return golden_path(W, o, d);
 }
 
 // Across platforms (another ATen CPU kernel set, or a GPU) losses are compared over the first
@@ -185,13 +189,13 @@ std::string other_platform_golden(int W, OptimizerKind o) {
 constexpr double kTolerance = 5e-3;
 constexpr int kToleranceSteps = 10;
 
-using GoldenParam = std::tuple<int, OptimizerKind>;
+using GoldenParam = std::tuple<int, OptimizerKind, c10::ScalarType>;
 
 class Golden : public ::testing::TestWithParam<GoldenParam> {};
 
 TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
-  const auto [W, optimizer] = GetParam();
-  const TrainConfig config = golden_config(W, optimizer);
+  const auto [W, optimizer, param_dtype] = GetParam();
+  const TrainConfig config = golden_config(W, optimizer, param_dtype);
   const std::string device = golden_device();
   if (device == "cuda" && !at::globalContext().hasCUDA()) GTEST_SKIP() << "MFSDP_GOLDEN_DEVICE=cuda but no CUDA device is visible";
   TrainResult result;
@@ -209,7 +213,7 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
   std::vector<double> losses;
   for (const StepMetrics& m : result.steps) losses.push_back(m.loss);
   const auto [params_digest, params_crc] = digest(result.final_params);
-  const std::string path = golden_path(W, optimizer);
+  const std::string path = golden_path(W, optimizer, param_dtype);
 
   if (std::getenv("MFSDP_REGENERATE_GOLDENS")) {
     nlohmann::ordered_json j{{"version", 1},
@@ -223,7 +227,8 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
                              {"batch", config.batch},
                              {"seq", config.seq},
                              {"seed", config.seed},
-                             {"dtype", "float32"},
+                             {"dtype", "float32"},  // the masters'
+                             {"precision", precision_to_json(config.runtime.precision)},
                              {"device", device},
                              {"fingerprint", fingerprint()},
                              {"regenerate", kRegenerate},
@@ -242,11 +247,14 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
 
   struct stat st {};
   const bool own = ::stat(path.c_str(), &st) == 0;
-  const std::string read_path = own ? path : other_platform_golden(W, optimizer);
+  const std::string read_path = own ? path : other_platform_golden(W, optimizer, param_dtype);
   ASSERT_TRUE(path_exists(read_path)) << "no golden file " << path << "; generate it with: " << kRegenerate;
   const nlohmann::json g = nlohmann::json::parse(read_file(read_path, "golden"));
   ASSERT_EQ(g.at("world_size").get<int>(), W);
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);
+  // Made before the precision record: float32 throughout.
+  ASSERT_EQ(g.contains("precision") ? nlohmann::json(g.at("precision")) : precision_to_json(PrecisionPolicy{}),
+            precision_to_json(config.runtime.precision)) << read_path;
   ASSERT_EQ(g.at("loss_hex").size(), losses.size());
   // GPU goldens are compared within the tolerance even on the same GPU model.
   const bool same_platform = nlohmann::json(fingerprint()) == g.at("fingerprint") && device == "cpu";
@@ -280,8 +288,8 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
   }
   if (bad) std::printf("golden: %s does not match; if the change is intended, regenerate with: %s\n", read_path.c_str(), kRegenerate);
   else if (same_platform)
-    std::printf("golden: W=%d %s: %d losses bit-exact and the final-parameter digest equal (%s)\n", W, to_string(optimizer),
-                kSteps, read_path.c_str());
+    std::printf("golden: W=%d %s %s: %d losses bit-exact and the final-parameter digest equal (%s)\n", W, to_string(optimizer),
+                short_dtype_name(param_dtype), kSteps, read_path.c_str());
   else
     std::printf("golden: W=%d %s: the first %d losses within %g (another platform's golden; digest not compared)\n", W,
                 to_string(optimizer), kToleranceSteps, kTolerance);
@@ -292,13 +300,15 @@ std::string golden_name(const ::testing::TestParamInfo<GoldenParam>& info) {
   name += std::to_string(std::get<0>(info.param));
   name += '_';
   name += to_string(std::get<1>(info.param));
+  if (std::get<2>(info.param) == c10::kBFloat16) name += "_bf16";
   return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, Golden,
                          ::testing::Combine(::testing::Values(1, 2, 4),
                                             ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
-                                                              OptimizerKind::shampoo, OptimizerKind::soap)),
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(c10::kFloat, c10::kBFloat16)),
                          golden_name);
 
 }  // namespace
