@@ -30,6 +30,7 @@ struct VerifyArgs {
   bool fast = false;
   int timeout_s = 60;
   std::vector<std::string> groups;
+  std::string param_dtype = "fp32", reduce_dtype = "fp32", output_dtype;
 };
 
 int run_verify(const VerifyArgs& a) {
@@ -42,6 +43,8 @@ int run_verify(const VerifyArgs& a) {
     config.planner.optimizer = config.runtime.optimizer = optimizer_kind_from_string(a.optimizer);
     for (const std::string& g : a.groups) config.runtime.groups.push_back(param_group_from_string(g));
     check_groups(config);
+    // The oracle runs under the same policy (fp32 masters, the same compute copies).
+    config.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, a.output_dtype);
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
@@ -78,7 +81,7 @@ int run_verify(const VerifyArgs& a) {
       worst.max_param_abs = std::max(worst.max_param_abs, all[kFields * r + 3].item<double>());
       worst.max_loss_rel = std::max(worst.max_loss_rel, all[kFields * r + 4].item<double>());
     }
-    const FastTolerance tol = fast_tolerance(config.runtime.optimizer);
+    const FastTolerance tol = fast_tolerance(config.runtime.optimizer, config.runtime.precision.reduce_dtype);
     const bool within = worst.within(tol);
     if (!cmp.bitwise_equal && !a.fast) {
       std::fprintf(stderr, "verify: rank %d: first difference at step %d in %s: %s\n", ctx.rank, cmp.first_bad_step,
@@ -110,8 +113,9 @@ int run_verify(const VerifyArgs& a) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::printf("verify: placement %s (planner %s, tail %s) vs DDP full-matrix oracle, %s, W=%d, %d steps\n",
-                a.placement.c_str(), a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(), ctx.world_size, a.steps);
+    std::printf("verify: placement %s (planner %s, tail %s) vs DDP full-matrix oracle, %s, precision %s, W=%d, %d steps\n",
+                a.placement.c_str(), a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(),
+                to_string(config.runtime.precision).c_str(), ctx.world_size, a.steps);
     std::printf("%5s %22s %22s\n", "step", "loss (runtime)", "loss (oracle)");
     for (size_t s = 0; s < loss_owner.size(); ++s)
       std::printf("%5zu %22.17g %22.17g%s\n", s + 1, loss_owner[s], loss_oracle[s], loss_owner[s] == loss_oracle[s] ? "" : "  DIFFERS");
@@ -155,6 +159,9 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--seed", a->seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
+  cmd->add_option("--param-dtype", a->param_dtype, "fp32 | bf16: compute copies over fp32 masters, as train (oracle and runtime alike)");
+  cmd->add_option("--reduce-dtype", a->reduce_dtype, "fp32 | bf16: gradients on the wire, as train");
+  cmd->add_option("--output-dtype", a->output_dtype, "fp32 | bf16: unit outputs, as train");
   cmd->add_flag("--fast", a->fast, "Runtime uses the fast (native reduce) gradient reduction: judged by its tolerance model (exit 0 within it)");
   cmd->add_flag("--json", a->json, "One JSON object: bitwise_equal, max_abs_diff, max_ulp, steps, loss_runtime, "
                                    "loss_oracle, world_size, planner, optimizer, placement, bytes");

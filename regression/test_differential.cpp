@@ -188,11 +188,14 @@ class FastMode : public ::testing::TestWithParam<GridParam> {};
 
 TEST_P(FastMode, StaysWithinTheToleranceModel) {
   const auto [W, optimizer, precision] = GetParam();
-  const FastTolerance tol = fast_tolerance(optimizer);
+  const FastTolerance tol = fast_tolerance(optimizer, precision == Precision::bf16 ? c10::kBFloat16 : c10::kFloat);
   TrainConfig oracle_config = base_config(optimizer, precision);
   oracle_config.steps = kFastToleranceSteps;
   TrainConfig fast = oracle_config;
   fast.runtime.reduce = ReduceMode::fast;
+  // Under bf16 compute the fast mode sums natively in bf16 on the wire (half the bytes); the
+  // oracle's deterministic fp32 accumulation is the control.
+  if (precision == Precision::bf16) fast.runtime.precision.reduce_dtype = c10::kBFloat16;
   std::mutex mutex;
   FastDeviation worst;
   RanksOptions ranks;
@@ -215,7 +218,7 @@ INSTANTIATE_TEST_SUITE_P(Tolerance, FastMode,
                          ::testing::Combine(::testing::Values(3, 5),
                                             ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
                                                               OptimizerKind::shampoo, OptimizerKind::soap),
-                                            ::testing::Values(Precision::fp32)),
+                                            ::testing::Values(Precision::fp32, Precision::bf16)),
                          grid_name);
 
 }  // namespace
