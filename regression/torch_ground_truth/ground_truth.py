@@ -13,6 +13,11 @@ contract says). Required bit for bit, at W = 1, 2 and 3:
   - the final optimizer state: Muon's momentum_buffer, AdamW's exp_avg, exp_avg_sq and step,
     assembled from the checkpoint's rank files.
 
+The same again under the bf16 policy (`mfsdp train --param-dtype bf16`, FSDP2's
+MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)): fp32 masters, bf16 leaf copies for
+forward and backward, RMSNorm's normalisation, the softmax and the loss in fp32 (docs/precision.md),
+bf16 gradients cast to fp32 and averaged in rank order, torch.optim stepping the fp32 masters.
+
 Then, measured and bounded, not bitwise:
   - an idiomatic torch.nn version of the model (nn.Embedding, nn.RMSNorm, nn.Linear,
     F.scaled_dot_product_attention with is_causal) on the C++ initial and final weights: loss and
@@ -129,7 +134,9 @@ def batch(data, seed, step, rank, B, S):
 # ---- The model: the functional spelling (model.cpp's ops, in its order) and an idiomatic one ---
 
 def rms_norm(x, w):
-    return x * (x.pow(2).mean(-1, keepdim=True) + RMS_EPS).rsqrt() * w
+    # Normalised in float32, cast back, then times the weight (a no-op cast in float32).
+    xf = x.float()
+    return (xf * (xf.pow(2).mean(-1, keepdim=True) + RMS_EPS).rsqrt()).to(x.dtype) * w
 
 
 def functional_loss(p, tokens, targets):
@@ -145,7 +152,7 @@ def functional_loss(p, tokens, targets):
         scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
         future = torch.triu(torch.ones(S, S, dtype=torch.bool), 1)
         scores = scores.masked_fill(future, -math.inf)
-        attn = torch.matmul(torch.softmax(scores, -1), v).transpose(1, 2).reshape(B, S, HIDDEN)
+        attn = torch.matmul(torch.softmax(scores.float(), -1).to(v.dtype), v).transpose(1, 2).reshape(B, S, HIDDEN)
         y = x + F.linear(attn, p[pre + "attn.o.weight"])
         h = rms_norm(y, p[pre + "mlp_norm.weight"])
         mlp = F.linear(F.silu(F.linear(h, p[pre + "mlp.gate.weight"])) * F.linear(h, p[pre + "mlp.up.weight"]),
@@ -218,8 +225,9 @@ def make_optimizers(params):
     return muon, adamw
 
 
-def rank_main(rank, world_size, store_path, out_path, mode):
-    """mode "rank_order": grads all-gathered and averaged in rank order; "ddp": stock DDP."""
+def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32"):
+    """mode "rank_order": grads all-gathered and averaged in rank order; "ddp": stock DDP.
+    precision "bf16": forward/backward on bf16 copies of the fp32 masters (rank_order only)."""
     torch.set_num_threads(1)  # as the deterministic mode's one intra-op thread per rank
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
     # A file store: no TCP port to pick (a port found free can be taken before the store binds it).
@@ -236,8 +244,15 @@ def rank_main(rank, world_size, store_path, out_path, mode):
         tokens, targets = batch(data, SEED, step, rank, BATCH, SEQ)
         for p in params.values():
             p.grad = None
-        loss = (ddp or model)(tokens, targets)
-        loss.backward()
+        if precision == "bf16":
+            copies = {n: p.detach().to(torch.bfloat16).requires_grad_(True) for n, p in params.items()}
+            loss = functional_loss(copies, tokens, targets)
+            loss.backward()
+            for n, p in params.items():
+                p.grad = copies[n].grad.float()  # the reduce dtype: fp32
+        else:
+            loss = (ddp or model)(tokens, targets)
+            loss.backward()
         if mode == "rank_order":
             for p in params.values():
                 parts = [torch.empty_like(p.grad) for _ in range(world_size)]
@@ -274,16 +289,16 @@ def rank_main(rank, world_size, store_path, out_path, mode):
     dist.destroy_process_group()
 
 
-def train_torch(world_size, work, mode, attempts=3):
+def train_torch(world_size, work, mode, attempts=3, precision="fp32"):
     """The PyTorch side over gloo processes. A process that dies (a crash of the gloo processes
     themselves, seen once in a loaded CI run as `terminate called without an active exception`)
     is retried, said, up to `attempts` times: the comparison itself is never retried, and a
     deterministic failure fails every attempt."""
-    out = os.path.join(work, f"torch_{mode}_w{world_size}.pt")
+    out = os.path.join(work, f"torch_{mode}_{precision}_w{world_size}.pt")
     for attempt in range(1, attempts + 1):
-        store = os.path.join(work, f"store_{mode}_w{world_size}_{attempt}")
+        store = os.path.join(work, f"store_{mode}_{precision}_w{world_size}_{attempt}")
         try:
-            mp.spawn(rank_main, args=(world_size, store, out, mode), nprocs=world_size, join=True)
+            mp.spawn(rank_main, args=(world_size, store, out, mode, precision), nprocs=world_size, join=True)
             return torch.load(out)
         except mp.ProcessExitedException as e:
             if attempt == attempts:
@@ -300,13 +315,13 @@ def run(cmd):
     return r.stdout
 
 
-def train_mfsdp(mfsdp, world_size, work):
-    d = os.path.join(work, f"mfsdp_w{world_size}")
+def train_mfsdp(mfsdp, world_size, work, precision="fp32"):
+    d = os.path.join(work, f"mfsdp_{precision}_w{world_size}")
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
     run([mfsdp, "train", "-w", str(world_size), "--launcher", "processes", "--steps", str(STEPS), "--seed", str(SEED),
          "--batch", str(BATCH), "--seq", str(SEQ), "--metrics", metrics, "--checkpoint-dir", ck,
-         "--checkpoint-every", str(STEPS)])
+         "--checkpoint-every", str(STEPS), "--param-dtype", precision])
     run([mfsdp, "export", ck, "--out", model])
     losses = [json.loads(line)["loss"] for line in open(metrics) if '"step"' in line]
     step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
@@ -394,6 +409,7 @@ def main():
     ap.add_argument("--dump", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--world-sizes", default="1,2,3")
+    ap.add_argument("--precisions", default="fp32,bf16")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tally = Tally()
@@ -411,10 +427,11 @@ def main():
             mine[f"tokens.s{s}.r{r}"], mine[f"targets.s{s}.r{r}"] = batch(data, SEED, s, r, BATCH, SEQ)
     compare_dicts(tally, "every rank's batch of every step (ByteCorpus::batch)", mine, dumped)
 
-    for W in world_sizes:
-        print(f"W = {W}: torch.optim.Muon/AdamW over {W} gloo process(es), rank-order mean, vs mfsdp train:")
-        theirs = train_torch(W, args.work, "rank_order")
-        got = train_mfsdp(args.mfsdp, W, args.work)
+    for precision, W in [(p, w) for p in args.precisions.split(",") for w in world_sizes]:
+        print(f"W = {W}, {precision}: torch.optim.Muon/AdamW over {W} gloo process(es), rank-order mean, vs mfsdp train"
+              f" --param-dtype {precision}:")
+        theirs = train_torch(W, args.work, "rank_order", precision=precision)
+        got = train_mfsdp(args.mfsdp, W, args.work, precision)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
             a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
@@ -427,6 +444,8 @@ def main():
         torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
         tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
                     "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
+        if precision != "fp32":
+            continue
         if W == 1:
             check_idiomatic(tally, init, "initial", data)
             check_idiomatic(tally, got["params"], "final", data)
