@@ -2,6 +2,7 @@
 // time breakdown, bytes per phase and resident memory; JSON-lines metrics for machines.
 #include "cli/commands.h"
 #include "core/dist/launch_env.h"
+#include "core/dist/mesh.h"
 #include "core/util/errors.h"
 #include "core/util/files.h"
 #include "core/dist/launcher.h"
@@ -70,6 +71,8 @@ struct TrainArgs {
   bool overwrite_checkpoints = false;
   std::vector<std::string> groups;
   std::string param_dtype = "fp32", reduce_dtype = "fp32", output_dtype;
+  int replicas = 1;
+  StepMode step_mode = StepMode::replicated;
 };
 
 TrainConfig make_config(const TrainArgs& a) {
@@ -90,6 +93,11 @@ TrainConfig make_config(const TrainArgs& a) {
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = a.prefetch;
   c.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, a.output_dtype);
+  mesh_shape(a.world_size, a.replicas);  // throws unless R divides W
+  c.runtime.replicas = a.replicas;
+  c.runtime.step_mode = a.step_mode;
+  TORCH_CHECK(a.replicas == 1 || a.checkpoint_dir.empty(), "train: --replicas ", a.replicas,
+              ": HSDP runs do not write checkpoints yet (drop --checkpoint-dir)");
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
   check_groups(c);
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");
@@ -158,10 +166,14 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   }
   if (ctx.rank == 0) {
     std::printf("train: placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
-                "precision %s over fp32 masters, %d steps of %lld x %lld tokens per rank\n",
+                "precision %s over fp32 masters,%s %d steps of %lld x %lld tokens per rank\n",
                 a.placement.c_str(), ctx.world_size, a.device.c_str(), a.backend.c_str(), a.planner.c_str(),
                 a.tail_policy.c_str(), a.optimizer.c_str(), a.fast ? "fast" : "deterministic",
-                a.prefetch ? ", prefetch" : "", to_string(config.runtime.precision).c_str(), a.steps,
+                a.prefetch ? ", prefetch" : "", to_string(config.runtime.precision).c_str(),
+                a.replicas > 1 ? (" HSDP " + std::to_string(a.replicas) + " x " + std::to_string(ctx.world_size / a.replicas) +
+                                  " (" + to_string(a.step_mode) + " step),").c_str()
+                               : "",
+                a.steps,
                 static_cast<long long>(a.batch), static_cast<long long>(a.seq));
     std::fflush(stdout);
   }
@@ -173,11 +185,17 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
     const int width = 20, done = static_cast<int>(static_cast<double>(m.step) / a.steps * width);
     std::string bar = std::string(done, '#') + std::string(width - done, '.');
     std::printf("[%s] step %3d/%d  loss %.4f  fwd %6.1f ms  bwd %6.1f ms  opt %6.1f ms  | unshard %s  reduce %s  "
-                "step %s (%lld calls)  | resident %s  peak gathered %s%s\n",
+                "step %s (%lld calls)%s  | resident %s  peak gathered %s%s\n",
                 bar.c_str(), m.step, a.steps, m.loss, 1e3 * m.forward_s, 1e3 * m.backward_s, 1e3 * m.optimizer_s,
                 human_bytes(m.bytes[0].bytes_recv).c_str(), human_bytes(m.bytes[1].bytes_sent).c_str(),
                 human_bytes(m.bytes[2].bytes_sent + m.bytes[2].bytes_recv).c_str(),
-                static_cast<long long>(m.bytes[2].calls), human_bytes(m.resident_bytes).c_str(),
+                static_cast<long long>(m.bytes[2].calls),
+                m.bytes[static_cast<int>(Phase::update_broadcast)].calls == 0
+                    ? ""
+                    : ("  update broadcast " + human_bytes(m.bytes[static_cast<int>(Phase::update_broadcast)].bytes_sent +
+                                                           m.bytes[static_cast<int>(Phase::update_broadcast)].bytes_recv))
+                          .c_str(),
+                human_bytes(m.resident_bytes).c_str(),
                 human_bytes(m.peak_gathered_bytes).c_str(),
                 m.skipped ? ("  SKIPPED: non-finite gradient in " + m.non_finite_parameter).c_str() : "");
     if (!m.checkpoint.empty()) std::printf("checkpoint: %s (%.1f ms)\n", m.checkpoint.c_str(), 1e3 * m.checkpoint_s);
@@ -330,6 +348,10 @@ void add_train_command(CLI::App& app, Action& run) {
   auto* det = cmd->add_flag("--deterministic", a->deterministic, "Rank-order gradient sums, one intra-op thread (default)");
   cmd->add_flag("--fast", a->fast, "Native reduce and library thread pools instead")->excludes(det);
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
+  cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W/R ranks (the plan is made for W/R)")
+      ->check(CLI::Range(1, 64));
+  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames,
+                  "HSDP: replicated (every replica steps) | dedup (one replica steps each matrix and broadcasts it)");
   cmd->add_option("--param-dtype", a->param_dtype,
                   "fp32 | bf16: the compute copy unshard sends and forward/backward use (masters stay fp32)");
   cmd->add_option("--reduce-dtype", a->reduce_dtype,

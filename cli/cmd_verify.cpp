@@ -1,6 +1,7 @@
 // `mfsdp verify`: the owner-shaped runtime and the DDP full-matrix oracle side by side on the
 // embedded default, compared bit for bit after every step; exit code 1 when they differ.
 #include "cli/commands.h"
+#include "core/dist/mesh.h"
 #include "core/dist/launch_env.h"
 #include "core/dist/rank_agreement.h"
 #include "harness/trajectory.h"
@@ -31,6 +32,8 @@ struct VerifyArgs {
   int timeout_s = 60;
   std::vector<std::string> groups;
   std::string param_dtype = "fp32", reduce_dtype = "fp32", output_dtype;
+  int replicas = 1;
+  StepMode step_mode = StepMode::replicated;
 };
 
 int run_verify(const VerifyArgs& a) {
@@ -45,6 +48,9 @@ int run_verify(const VerifyArgs& a) {
     check_groups(config);
     // The oracle runs under the same policy (fp32 masters, the same compute copies).
     config.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, a.output_dtype);
+    mesh_shape(a.world_size, a.replicas);  // throws unless R divides W
+    config.runtime.replicas = a.replicas;  // the oracle averages in the same mesh order
+    config.runtime.step_mode = a.step_mode;
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
@@ -113,9 +119,12 @@ int run_verify(const VerifyArgs& a) {
       std::cout << j.dump(2) << "\n";
       return;
     }
-    std::printf("verify: placement %s (planner %s, tail %s) vs DDP full-matrix oracle, %s, precision %s, W=%d, %d steps\n",
+    std::printf("verify: placement %s (planner %s, tail %s) vs DDP full-matrix oracle, %s, precision %s, W=%d%s, %d steps\n",
                 a.placement.c_str(), a.planner.c_str(), a.tail_policy.c_str(), a.optimizer.c_str(),
-                to_string(config.runtime.precision).c_str(), ctx.world_size, a.steps);
+                to_string(config.runtime.precision).c_str(), ctx.world_size,
+                a.replicas > 1 ? (" = " + std::to_string(a.replicas) + " replicas x " + std::to_string(ctx.world_size / a.replicas) +
+                                  " (" + to_string(a.step_mode) + " step)").c_str() : "",
+                a.steps);
     std::printf("%5s %22s %22s\n", "step", "loss (runtime)", "loss (oracle)");
     for (size_t s = 0; s < loss_owner.size(); ++s)
       std::printf("%5zu %22.17g %22.17g%s\n", s + 1, loss_owner[s], loss_oracle[s], loss_owner[s] == loss_oracle[s] ? "" : "  DIFFERS");
@@ -159,6 +168,8 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--seed", a->seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
+  cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W/R ranks, as train")->check(CLI::Range(1, 64));
+  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");
   cmd->add_option("--param-dtype", a->param_dtype, "fp32 | bf16: compute copies over fp32 masters, as train (oracle and runtime alike)");
   cmd->add_option("--reduce-dtype", a->reduce_dtype, "fp32 | bf16: gradients on the wire, as train");
   cmd->add_option("--output-dtype", a->output_dtype, "fp32 | bf16: unit outputs, as train");

@@ -17,7 +17,7 @@ namespace {
 class DdpRunner final : public DdpOracle {
  public:
   DdpRunner(const TransformerModel& model, Communicator& comm, const RuntimeOptions& options, const ParamMap& init)
-      : DdpOracle(model, comm, options, init, options.precision), rank_(comm.rank()) {}
+      : DdpOracle(model, comm, options, init, options.precision, options.replicas), rank_(comm.rank()) {}
 
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
     FullState full = read_full_state(checkpoint);
@@ -72,12 +72,14 @@ void apply_placement(Placement placement, TrainConfig& config) {
 
 
 std::unique_ptr<PlacementRunner> make_runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config,
-                                             const ParamMap& init) {
+                                             const ParamMap& init, RankContext* ctx) {
   switch (config.placement) {
     case Placement::owner:
     case Placement::reconstruct:
-    case Placement::alltoall: return make_owner_runner(model, comm, config, init);
-    case Placement::zero1: return make_zero1_runner(model, comm, config, init);
+    case Placement::alltoall: return make_owner_runner(model, comm, config, init, ctx);
+    case Placement::zero1:
+      TORCH_CHECK(config.runtime.replicas == 1, "train: the zero1 placement has no HSDP mode (--replicas ", config.runtime.replicas, ")");
+      return make_zero1_runner(model, comm, config, init);
     case Placement::ddp: return std::make_unique<DdpRunner>(model, comm, config.runtime, init);
   }
   TORCH_INTERNAL_ASSERT(false, "unknown Placement");
@@ -88,7 +90,7 @@ TrainResult train_placement(RankContext& ctx, const TrainConfig& config,
   return train_loop(
       ctx, config,
       [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
-        return make_runner(model, comm, config, init);
+        return make_runner(model, comm, config, init, &ctx);
       },
       on_step);
 }

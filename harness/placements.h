@@ -15,8 +15,9 @@ namespace mfsdp {
 void apply_placement(Placement placement, TrainConfig& config);
 
 // The runner of config.placement on this rank.
+// `ctx`: this rank's context, which HSDP (config.runtime.replicas > 1) forms its mesh from.
 std::unique_ptr<PlacementRunner> make_runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config,
-                                             const ParamMap& init);
+                                             const ParamMap& init, RankContext* ctx = nullptr);
 
 // Runs config.placement for config.steps steps on this rank; `on_step` as in train_loop.
 TrainResult train_placement(RankContext& ctx, const TrainConfig& config,

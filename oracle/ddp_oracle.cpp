@@ -14,8 +14,10 @@
 namespace mfsdp {
 
 DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options,
-                     const ParamMap& init, PrecisionPolicy precision)
-    : model_(model), comm_(comm), precision_(precision) {
+                     const ParamMap& init, PrecisionPolicy precision, int replicas)
+    : model_(model), comm_(comm), precision_(precision), replicas_(replicas) {
+  TORCH_CHECK(replicas >= 1 && comm.world_size() % replicas == 0, "oracle: ", replicas,
+              " replicas do not divide the world size ", comm.world_size());
   for (const ParamSpec& p : model.spec().params) {
     order_.push_back(p.name);
     params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
@@ -38,7 +40,7 @@ PlacementRunner::Result DdpOracle::step(const at::Tensor& tokens, const at::Tens
       comm_.allgather(all, flat)->wait();
       std::vector<at::Tensor> parts;
       for (int rank = 0; rank < W; ++rank) parts.push_back(all.narrow(0, rank * g.numel(), g.numel()).view(g.sizes()));
-      grads_[name] = mean_in_rank_order(parts, params_.at(name).scalar_type());  // a master gradient
+      grads_[name] = mean_in_mesh_order(parts, replicas_, params_.at(name).scalar_type());  // a master gradient
     }
   }
   r.backward_s = seconds_since(t0);

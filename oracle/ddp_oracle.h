@@ -23,8 +23,10 @@ class DdpOracle : public PlacementRunner {
  public:
   // `precision`: the oracle keeps float32 masters and computes on the policy's copies, as the
   // runtime does; the reduction is the runtime's (float32 accumulation in rank order).
+  // `replicas`: average in HSDP's mesh order (reduction.h: mean_in_mesh_order) for a runtime
+  // run on `replicas` groups of W / replicas ranks; 1 is the rank order.
   DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init,
-            PrecisionPolicy precision = {});
+            PrecisionPolicy precision = {}, int replicas = 1);
 
   // One step on this rank's batch. Gradients are averaged over ranks (phase grad_reduce, timed
   // as backward), then every rank updates every parameter.
@@ -42,6 +44,7 @@ class DdpOracle : public PlacementRunner {
   const TransformerModel& model_;
   Communicator& comm_;
   PrecisionPolicy precision_;
+  int replicas_ = 1;
   ParamMap params_, grads_;
   std::vector<std::string> order_;  // parameter names in model order: the collective order
   std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;

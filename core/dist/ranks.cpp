@@ -41,6 +41,8 @@ void run_rank(RankContext& ctx, const RanksOptions& options,
   ctx.determinism = options.determinism;
   ctx.timeout = options.timeout;
   ctx.generator = make_rank_generator(options.seed, ctx.rank);
+  ctx.store = store;
+  ctx.backend_kind = options.backend;
   auto group_store = c10::make_intrusive<c10d::PrefixStore>("mfsdp/default_pg", store);
   ctx.backend = make_backend(options.backend, group_store, ctx.rank, options.world_size,
                              options.timeout);

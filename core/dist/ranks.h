@@ -25,6 +25,13 @@ struct RankContext {
   at::Generator generator;  // private to this rank
   Determinism determinism = Determinism::deterministic;
   std::chrono::milliseconds timeout{0};
+  // The store the world group met over and the backend kind: sub-groups (core/dist/mesh.h) meet
+  // over prefixes of it.
+  c10::intrusive_ptr<c10d::Store> store;
+  BackendKind backend_kind = BackendKind::gloo;
+  // Sub-groups formed so far: every rank forms them in the same order, so the count names each
+  // one's store prefix uniquely (a prefix reused by a second group would meet the first's keys).
+  int groups_formed = 0;
 };
 
 struct RanksOptions {

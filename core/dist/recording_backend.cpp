@@ -26,6 +26,7 @@ const char* to_string(Phase phase) {
     case Phase::optimizer_step: return "optimizer_step";
     case Phase::checkpoint: return "checkpoint";
     case Phase::other: return "other";
+    case Phase::update_broadcast: return "update_broadcast";
   }
   TORCH_INTERNAL_ASSERT(false, "unknown Phase");
 }

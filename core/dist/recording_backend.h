@@ -19,8 +19,10 @@
 
 namespace mfsdp {
 
-enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other };
-constexpr int kNumPhases = 5;
+// update_broadcast: HSDP's dedup step mode sending each stepped matrix to the other replicas
+// (core/runtime/owner_runtime.h); last so the older phases keep their indices.
+enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other, update_broadcast };
+constexpr int kNumPhases = 6;
 const char* to_string(Phase phase);
 
 struct BackendCounters {

@@ -225,6 +225,47 @@ std::vector<int> assign_owners(const std::vector<PlanItem>& items, int W, const 
   TORCH_INTERNAL_ASSERT(false, "unknown PlannerKind");
 }
 
+std::vector<int> dedup_step_replicas(const OwnershipPlan& plan, int replicas, OptimizerKind optimizer,
+                                     const OptimizerCostConfig& cost) {
+  TORCH_CHECK(replicas >= 1, "dedup: replicas must be >= 1, got ", replicas);
+  const int S = plan.world_size();
+  const auto& shards = plan.shards();
+  // Cost of each shard on each of the S ranks of a replica.
+  std::vector<std::vector<double>> per_rank(shards.size(), std::vector<double>(S, 0.0));
+  std::vector<double> total(shards.size(), 0.0);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const MatrixShard& s = shards[i];
+    if (s.role == Role::owned_matrix) {
+      const OptimizerKind kind = s.kind == ParamKind::hidden_matrix ? optimizer : OptimizerKind::adamw;
+      per_rank[i][s.owner] = kind == OptimizerKind::adamw ? static_cast<double>(s.numel())
+                                                          : optimizer_step_cost(kind, s.shape[0], s.shape[1], cost);
+    } else if (s.owned()) {
+      per_rank[i][s.owner] = static_cast<double>(s.numel());
+    } else {
+      for (const ShardSlice& sl : s.slices) per_rank[i][sl.rank] += static_cast<double>(sl.rows * s.row_numel());
+    }
+    for (double c : per_rank[i]) total[i] += c;
+  }
+  std::vector<size_t> order(shards.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return total[a] > total[b]; });
+  std::vector<std::vector<double>> load(replicas, std::vector<double>(S, 0.0));
+  std::vector<int> chosen(shards.size(), 0);
+  for (size_t i : order) {
+    int best = 0;
+    double best_peak = 0;
+    for (int r = 0; r < replicas; ++r) {
+      double peak = 0;
+      for (int s = 0; s < S; ++s)
+        if (per_rank[i][s] > 0) peak = std::max(peak, load[r][s] + per_rank[i][s]);
+      if (r == 0 || peak < best_peak) best = r, best_peak = peak;
+    }
+    chosen[i] = best;
+    for (int s = 0; s < S; ++s) load[best][s] += per_rank[i][s];
+  }
+  return chosen;
+}
+
 OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& options) {
   TORCH_CHECK(W >= 1, "planner: world size must be >= 1, got ", W);
   std::vector<PlanItem> items = plan_items(spec, options);  // validates the spec

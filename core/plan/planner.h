@@ -48,4 +48,12 @@ std::vector<int> assign_owners(const std::vector<PlanItem>& items, int world_siz
 
 OwnershipPlan make_plan(const ModelSpec& spec, int world_size, const PlannerOptions& options);
 
+// HSDP, step mode dedup (docs/hsdp.md): the replica (0..replicas-1) whose ranks step each shard of
+// `plan` (made for the S ranks of one replica group), chosen to balance optimizer cost over all
+// R x S ranks: shards by decreasing cost (ties by index), each to the replica whose ranks holding it
+// carry the least cost so far (ties to the lower replica). Owned shards load their owner's rank
+// of that replica; even shards load every rank of it by its slice. Deterministic.
+std::vector<int> dedup_step_replicas(const OwnershipPlan& plan, int replicas, OptimizerKind optimizer,
+                                     const OptimizerCostConfig& cost);
+
 }  // namespace mfsdp

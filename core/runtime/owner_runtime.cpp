@@ -1,5 +1,8 @@
 #include "core/runtime/owner_runtime.h"
 
+#include "core/plan/planner.h"
+#include "core/runtime/reduction.h"
+
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros_like.h>
@@ -66,8 +69,11 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
 
 
 OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options,
-                           const ParamMap& full_init)
-    : plan_(plan), comm_(comm), options_(std::move(options)) {
+                           const ParamMap& full_init, Communicator* replicate)
+    : plan_(plan), comm_(comm), options_(std::move(options)), replicate_(replicate) {
+  TORCH_CHECK((options_.replicas > 1) == (replicate_ != nullptr) &&
+                  (!replicate_ || replicate_->world_size() == options_.replicas),
+              "runtime: rank ", comm_.rank(), ": ", options_.replicas, " replicas need a replicate group of that size");
   // Bad input first, before any collective: names, shapes and dtypes must match the plan.
   for (const MatrixShard& s : plan_.shards()) {
     auto it = full_init.find(s.name);
@@ -88,6 +94,11 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     PhaseScope phase(comm_, Phase::other);
     comm_.check_same_plan(plan_.hash());
   }
+  if (replicate_ && options_.step_mode == StepMode::dedup) {
+    TORCH_CHECK(!options_.even_matrix_step, "runtime: rank ", comm_.rank(),
+                ": the dedup step mode steps whole owned matrices; the reconstruct and alltoall placements run replicated");
+    step_replica_ = dedup_step_replicas(plan_, options_.replicas, options_.optimizer, OptimizerCostConfig{});
+  }
   for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u) {
     units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard, options_.precision));
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
@@ -106,6 +117,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     const ShardSlice* mine = s.slice_on(comm_.rank());
     local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
     if (even_matrix_[i]) continue;  // stepped by the even-matrix step
+    if (!step_replica_.empty() && step_replica_[i] != replica()) continue;  // dedup: another replica steps it
     const bool hidden = s.kind == ParamKind::hidden_matrix;
     TORCH_CHECK(!hidden || s.role == Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: rank ",
                 comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
@@ -180,9 +192,43 @@ void OwnerRuntime::queue_final_callback() {
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
 }
 
+void OwnerRuntime::combine_replicas() {
+  PhaseScope phase(comm_, Phase::grad_reduce);
+  PhaseScope rphase(*replicate_, Phase::grad_reduce);
+  const int R = replicate_->world_size();
+  const int64_t W = static_cast<int64_t>(R) * plan_.world_size();
+  const bool fast = options_.reduce == ReduceMode::fast;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<at::Tensor> gathered(units_.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    at::Tensor& g = units_[u]->segment_grad();
+    if (g.numel() == 0) continue;  // the same on every replica: one plan
+    UnitScope tag(*replicate_, static_cast<int>(u));
+    if (fast) {
+      works.push_back(replicate_->allreduce_sum(g));
+    } else {
+      gathered[u] = at::empty({R * g.numel()}, g.options());
+      works.push_back(replicate_->allgather(gathered[u], g));
+    }
+  }
+  for (auto& w : works) w->wait();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    at::Tensor& g = units_[u]->segment_grad();
+    if (g.numel() == 0) continue;
+    if (fast) {
+      g.div_(static_cast<double>(W));
+      continue;
+    }
+    std::vector<at::Tensor> partials;
+    for (int r = 0; r < R; ++r) partials.push_back(gathered[u].narrow(0, r * g.numel(), g.numel()));
+    g.copy_(mean_of_partial_sums(partials, W, g.scalar_type()));
+  }
+}
+
 void OwnerRuntime::finish_backward() {
   callback_queued_ = false;
-  for (int u : reduce_order_) units_[u]->finish_reduction();
+  for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicate_ == nullptr);
+  if (replicate_) combine_replicas();
   reduce_order_.clear();
   forward_order_.clear();
   for (auto& unit : units_) {
@@ -238,9 +284,24 @@ StepReport OwnerRuntime::step() {
     Unit& unit = *units_[plan_.shards()[i].unit];
     at::Tensor param = unit.local_param(static_cast<int>(i));
     optimizers_[i]->step(param, unit.local_grad(static_cast<int>(i)));
+    if (plan_.shards()[i].kind == ParamKind::hidden_matrix && plan_.shards()[i].role == Role::owned_matrix) ++matrix_steps_;
   }
   if (!even_matrices.empty()) {
     even_matrix_step().step(*this, even_matrices);
+  }
+  if (!step_replica_.empty()) {
+    // dedup: each stepped fp32 master goes from its stepping replica to the others.
+    PhaseScope rphase(*replicate_, Phase::update_broadcast);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<at::Tensor> sent;
+    for (size_t i = 0; i < plan_.shards().size(); ++i) {
+      at::Tensor param = units_[plan_.shards()[i].unit]->local_param(static_cast<int>(i));
+      if (!param.defined()) continue;  // this shard rank stores none of it (in every replica)
+      sent.push_back(param);
+      UnitScope tag(*replicate_, plan_.shards()[i].unit);
+      works.push_back(replicate_->broadcast(sent.back(), step_replica_[i]));
+    }
+    for (auto& w : works) w->wait();
   }
   return report;
 }

@@ -32,6 +32,15 @@ enum class NonFinitePolicy {
 };
 constexpr NameTable<NonFinitePolicy, 2> kNonFinitePolicyNames{{{NonFinitePolicy::fail, "fail"}, {NonFinitePolicy::skip, "skip"}}};
 
+// HSDP (docs/hsdp.md): how the R replicas of a matrix are stepped.
+enum class StepMode {
+  replicated,  // every replica's owner steps it (R x the work and the state; no step traffic)
+  dedup,       // one replica's owner steps it (dedup_step_replicas) and broadcasts the fp32
+               // master to the others (phase update_broadcast); its state exists once
+};
+constexpr NameTable<StepMode, 2> kStepModeNames{{{StepMode::replicated, "replicated"}, {StepMode::dedup, "dedup"}}};
+inline const char* to_string(StepMode mode) { return name_in(kStepModeNames, mode); }
+
 // The runtime's options: the optimizers' (OptimizerOptions: kinds, hyperparameters, groups) and how
 // the units move and reduce.
 struct RuntimeOptions : OptimizerOptions {
@@ -49,6 +58,10 @@ struct RuntimeOptions : OptimizerOptions {
   // Compute and reduce dtypes over the plan's masters (core/plan/precision.h); the default
   // computes in the masters' float32.
   PrecisionPolicy precision;
+  // HSDP: replica groups of the plan's world size (1: plain owner sharding) and the step mode.
+  // The runtime is given the replicate-group communicator when replicas > 1.
+  int replicas = 1;
+  StepMode step_mode = StepMode::replicated;
   // How hidden matrices the plan keeps in even row shards are stepped under Muon (the baselines:
   // reference/reconstruct.h, reference/alltoall.h). Unset: such a plan is refused at the step.
   EvenMatrixStepFactory even_matrix_step;
@@ -69,7 +82,10 @@ class OwnerRuntime {
  public:
   // Every rank passes the same plan and the same full initial parameters; each keeps only what
   // its segments hold. Compares plan hashes across ranks first (clear error instead of a hang).
-  OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options, const ParamMap& full_init);
+  // HSDP: `comm` is this rank's shard group (plan.world_size() ranks) and `replicate` the group of
+  // the options.replicas ranks holding the same segments (its rank is this rank's replica).
+  OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options, const ParamMap& full_init,
+               Communicator* replicate = nullptr);
   ~OwnerRuntime();
 
   const OwnershipPlan& plan() const { return plan_; }
@@ -107,6 +123,11 @@ class OwnerRuntime {
   int64_t optimizer_state_bytes() const;
   int64_t gathered_bytes() const;    // transient bytes resident now
   int64_t peak_gathered_bytes() const { return peak_gathered_; }
+  // Matrix-optimizer steps (one Newton-Schulz each under Muon) this rank took, all steps so far.
+  int64_t matrix_steps() const { return matrix_steps_; }
+  // HSDP: the replica stepping each plan shard (dedup), or empty (replicated, or no HSDP).
+  const std::vector<int>& step_replicas() const { return step_replica_; }
+  int replica() const { return replicate_ ? replicate_->rank() : 0; }
 
 
  private:
@@ -115,6 +136,7 @@ class OwnerRuntime {
   void revive_unit(int u);
   void queue_final_callback();
   void track_peak();
+  void combine_replicas();  // HSDP: every replica's owners get the mesh-order mean
 
   const OwnershipPlan& plan_;
   Communicator& comm_;
@@ -128,7 +150,10 @@ class OwnerRuntime {
   std::vector<int> forward_order_;    // units in the order after_forward pinned them (this step)
   bool callback_queued_ = false;
   int64_t peak_gathered_ = 0;
+  int64_t matrix_steps_ = 0;
   StepReport pending_report_;
+  Communicator* replicate_ = nullptr;
+  std::vector<int> step_replica_;  // dedup: per shard, the replica that steps it
 };
 
 }  // namespace mfsdp

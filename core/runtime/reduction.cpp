@@ -8,13 +8,34 @@ c10::ScalarType accumulation_dtype(c10::ScalarType param_dtype) {
   return (param_dtype == c10::kBFloat16 || param_dtype == c10::kHalf) ? c10::kFloat : param_dtype;
 }
 
-at::Tensor mean_in_rank_order(const std::vector<at::Tensor>& contributions, c10::ScalarType out_dtype) {
+at::Tensor sum_in_rank_order(const std::vector<at::Tensor>& contributions, c10::ScalarType acc_dtype) {
   TORCH_CHECK(!contributions.empty(), "reduction: no contributions");
-  const c10::ScalarType acc_dtype = accumulation_dtype(out_dtype);
   at::Tensor acc = contributions[0].to(acc_dtype, /*non_blocking=*/false, /*copy=*/true);
   for (size_t r = 1; r < contributions.size(); ++r) acc.add_(contributions[r].to(acc_dtype));
+  return acc;
+}
+
+at::Tensor mean_in_rank_order(const std::vector<at::Tensor>& contributions, c10::ScalarType out_dtype) {
+  at::Tensor acc = sum_in_rank_order(contributions, accumulation_dtype(out_dtype));
   acc.div_(static_cast<double>(contributions.size()));
   return acc.to(out_dtype);
+}
+
+at::Tensor mean_of_partial_sums(const std::vector<at::Tensor>& partial_sums, int64_t world_size, c10::ScalarType out_dtype) {
+  at::Tensor acc = sum_in_rank_order(partial_sums, accumulation_dtype(out_dtype));
+  acc.div_(static_cast<double>(world_size));
+  return acc.to(out_dtype);
+}
+
+at::Tensor mean_in_mesh_order(const std::vector<at::Tensor>& contributions, int replicas, c10::ScalarType out_dtype) {
+  const int64_t W = static_cast<int64_t>(contributions.size());
+  TORCH_CHECK(replicas >= 1 && W % replicas == 0, "reduction: ", W, " contributions do not form ", replicas, " replicas");
+  const int64_t S = W / replicas;
+  const c10::ScalarType acc_dtype = accumulation_dtype(out_dtype);
+  std::vector<at::Tensor> partials;
+  for (int r = 0; r < replicas; ++r)
+    partials.push_back(sum_in_rank_order({contributions.begin() + r * S, contributions.begin() + (r + 1) * S}, acc_dtype));
+  return mean_of_partial_sums(partials, W, out_dtype);
 }
 
 }  // namespace mfsdp

@@ -342,7 +342,7 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   }
 }
 
-void Unit::finish_reduction() {
+void Unit::finish_reduction(bool divide) {
   TORCH_CHECK(state_ == UnitState::reducing, "unit '", layout_.name, "' on rank ", rank_,
               ": finish_reduction with no reduction in flight (state ", to_string(state_), ")");
   {
@@ -356,11 +356,14 @@ void Unit::finish_reduction() {
     if (reduce_mode_ == ReduceMode::deterministic) {
       std::vector<at::Tensor> parts;
       for (int r = 0; r < W; ++r) parts.push_back(contributions_.narrow(0, r * mine, mine));
-      segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));  // float32 accumulation whatever the wire dtype
+      // float32 accumulation whatever the wire dtype
+      if (divide) segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));
+      else segment_grad_.copy_(sum_in_rank_order(parts, accumulation_dtype(layout_.dtype)));
     } else {
       at::Tensor sum = grad_flat_.narrow(0, layout_.segments[rank_].offset, mine);
       if (prefix_sum_.defined()) sum.narrow(0, 0, even_prefix_).copy_(prefix_sum_);
-      segment_grad_.copy_(sum.to(layout_.dtype).div(static_cast<double>(W)));  // the native sum, divided in the master dtype
+      at::Tensor native = sum.to(layout_.dtype);  // the native sum, divided in the master dtype
+      segment_grad_.copy_(divide ? native.div(static_cast<double>(W)) : native);
     }
   }
   grad_flat_ = at::Tensor();

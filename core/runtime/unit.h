@@ -84,7 +84,9 @@ class Unit {
   bool fill_in_flight() const { return !fill_works_.empty() || fill_pending_; }
   void release();                                      // pinned -> sharded (no backward will come)
   void reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode mode);  // -> reducing
-  void finish_reduction();                             // reducing -> sharded; segment_grad_ set
+  // reducing -> sharded; segment_grad_ set to the mean over this group's ranks, or with
+  // divide = false to their sum (in the master dtype: HSDP combines replicas' sums, then divides).
+  void finish_reduction(bool divide = true);
 
   // Fresh full-view tensors of the unit's parameters (parameter order) over the current storage.
   // Valid to read while unsharded or revived.

@@ -1,5 +1,6 @@
 #include "core/train/owner_placement.h"
 
+#include "core/dist/mesh.h"
 #include "core/io/checkpoint.h"
 #include "core/plan/planner.h"
 #include "core/runtime/owner_runtime.h"
@@ -14,11 +15,32 @@
 namespace mfsdp {
 namespace {
 
+// HSDP: every rank must agree on the mesh and the step mode before forming sub-groups (a rank
+// with another --replicas would otherwise wait for groups that never form).
+std::optional<Mesh> checked_mesh(RankContext* ctx, Communicator& world, const TrainConfig& config) {
+  const int R = config.runtime.replicas;
+  if (R <= 1) return std::nullopt;
+  TORCH_CHECK(ctx, "train: rank ", world.rank(), ": --replicas ", R, " needs the rank context to form the mesh");
+  {
+    PhaseScope phase(world, Phase::other);
+    world.check_same_plan(0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(R) + static_cast<uint64_t>(config.runtime.step_mode) + 1);
+  }
+  return make_mesh(*ctx, R);
+}
+
 // The owner runtime behind the common loop.
 class OwnerRunner : public PlacementRunner {
  public:
-  OwnerRunner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init)
-      : model_(model), plan_(make_plan(model.spec(), comm.world_size(), config.planner)), rt_(plan_, comm, config.runtime, init) {}
+  OwnerRunner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init,
+              RankContext* ctx)
+      : model_(model), mesh_(checked_mesh(ctx, comm, config)),
+        plan_(make_plan(model.spec(), mesh_ ? mesh_->shape.shard : comm.world_size(), config.planner)),
+        rt_(plan_, mesh_ ? *mesh_->shard : comm, config.runtime, init, mesh_ ? mesh_->replicate.get() : nullptr) {}
+
+  std::vector<Communicator*> communicators() override {
+    if (!mesh_) return {};
+    return {mesh_->shard.get(), mesh_->replicate.get()};
+  }
 
   Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
     Result r;
@@ -45,6 +67,7 @@ class OwnerRunner : public PlacementRunner {
   ParamMap full_params() override { return rt_.gather_full_params(); }
   std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
                               const std::string& sampler) override {
+    TORCH_CHECK(!mesh_, "checkpoint: HSDP runs (--replicas > 1) do not write checkpoints yet");
     CheckpointContext ctx;
     ctx.step = step;
     ctx.placement = to_string(config.placement);
@@ -58,6 +81,7 @@ class OwnerRunner : public PlacementRunner {
     return mfsdp::save_checkpoint(root, rt_, ctx);
   }
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
+    TORCH_CHECK(!mesh_, "checkpoint: HSDP runs (--replicas > 1) do not resume from checkpoints yet");
     const LoadReport r = mfsdp::load_checkpoint(checkpoint, rt_);
     ResumeInfo info;
     info.checkpoint = checkpoint;
@@ -76,6 +100,7 @@ class OwnerRunner : public PlacementRunner {
 
  private:
   const TransformerModel& model_;
+  std::optional<Mesh> mesh_;  // HSDP only; its communicators outlive the runtime
   OwnershipPlan plan_;  // the runtime keeps a reference: declared first, outlives it
   OwnerRuntime rt_;
 };
@@ -83,10 +108,10 @@ class OwnerRunner : public PlacementRunner {
 }  // namespace
 
 std::unique_ptr<PlacementRunner> make_owner_runner(const TransformerModel& model, Communicator& comm,
-                                                   const TrainConfig& config, const ParamMap& init) {
+                                                   const TrainConfig& config, const ParamMap& init, RankContext* ctx) {
   TORCH_CHECK(runs_on_owner_runtime(config.placement), "train: placement ", to_string(config.placement),
               " holds full replicas and does not run on the owner runtime");
-  return std::make_unique<OwnerRunner>(model, comm, config, init);
+  return std::make_unique<OwnerRunner>(model, comm, config, init, ctx);
 }
 
 }  // namespace mfsdp

@@ -9,7 +9,10 @@
 
 namespace mfsdp {
 
+// With config.runtime.replicas > 1 (HSDP), `ctx` forms the mesh (core/dist/mesh.h); the plan is
+// made for its shard groups.
 std::unique_ptr<PlacementRunner> make_owner_runner(const TransformerModel& model, Communicator& comm,
-                                                   const TrainConfig& config, const ParamMap& init);
+                                                   const TrainConfig& config, const ParamMap& init,
+                                                   RankContext* ctx = nullptr);
 
 }  // namespace mfsdp

@@ -72,6 +72,9 @@ class PlacementRunner {
   virtual int64_t resident_bytes() const = 0;
   virtual int64_t peak_gathered_bytes() const { return 0; }
   virtual uint64_t plan_hash() const { return 0; }
+  // Communicators the runner issues collectives through besides the world's (HSDP's shard and
+  // replicate groups): train_loop resets them each step and adds their counters to the step's.
+  virtual std::vector<Communicator*> communicators() { return {}; }
   // Checkpoints: writes one after `step` steps under `root` (collective; returns its directory),
   // or loads one and returns what it found. `sampler` is this rank's sampler state as JSON text.
   // Placements that cannot say so.

@@ -186,6 +186,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     StepMetrics m;
     m.step = step + 1;
     comm.reset_counters();
+    for (Communicator* c : stepper->communicators()) c->reset_counters();
     auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, config.batch, config.seq);
     if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
     auto before_backward = [&] {
@@ -212,6 +213,12 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     for (int p = 0; p < kNumPhases; ++p) {
       m.bytes[p] = comm.counters(static_cast<Phase>(p));
       m.backend[p] = comm.backend().counters(static_cast<Phase>(p));
+      for (Communicator* c : stepper->communicators()) {  // HSDP's groups: one step's traffic in all
+        const PhaseCounters& k = c->counters(static_cast<Phase>(p));
+        m.bytes[p].calls += k.calls, m.bytes[p].bytes_sent += k.bytes_sent, m.bytes[p].bytes_recv += k.bytes_recv;
+        const BackendCounters& b = c->backend().counters(static_cast<Phase>(p));
+        m.backend[p].calls += b.calls, m.backend[p].bytes += b.bytes;
+      }
     }
     m.loss = mean_over_ranks(comm, {m.local_loss})[0];  // after the snapshot: not part of the step's traffic
     m.resident_bytes = stepper->resident_bytes();
