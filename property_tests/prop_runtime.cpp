@@ -40,7 +40,7 @@ rc::Gen<TransformerConfig> small_transformer() {
 }
 
 // One training step of the runtime equals one step of the oracle, bit for bit, and unshard of the
-// initial state reproduces it exactly, under either precision policy.
+// initial state reproduces it exactly, under either precision policy and on HSDP meshes.
 RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   TrainConfig config;
   config.model = *small_transformer();
@@ -51,15 +51,25 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   config.runtime.optimizer = config.planner.optimizer = *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw);
   config.runtime.muon.lr = 0.02;
   const int W = *rc::gen::inRange(1, 9);
+  // Sometimes an HSDP mesh: R replica groups of S = W / R ranks (the plan is made for S).
+  std::vector<int> divisors;
+  for (int r = 2; r <= W; ++r)
+    if (W % r == 0 && W / r >= 1) divisors.push_back(r);
+  const int R = !divisors.empty() && *rc::gen::inRange(0, 3) == 0 ? *rc::gen::elementOf(divisors) : 1;
+  const int S = W / R;
+  config.runtime.replicas = R;
+  config.runtime.step_mode = *rc::gen::element(StepMode::replicated, StepMode::dedup);
   config.planner.planner = PlannerKind::explicit_assignment;
   config.planner.tail_policy = *rc::gen::element(TailPolicy::even, TailPolicy::owner);
   const bool all_on_one = *rc::gen::arbitrary<bool>();
-  const int one = *rc::gen::inRange(0, W);
+  const int one = *rc::gen::inRange(0, S);
   for (const PlanItem& item : plan_items(TransformerModel(config.model).spec(), config.planner))
-    config.planner.explicit_owners[item.key] = all_on_one ? one : *rc::gen::inRange(0, W);
+    config.planner.explicit_owners[item.key] = all_on_one ? one : *rc::gen::inRange(0, S);
   // Mostly the owner plan; sometimes a baseline placement, and sometimes with prefetch.
-  const Placement placement = *rc::gen::weightedElement<Placement>(
-      {{6, Placement::owner}, {1, Placement::reconstruct}, {1, Placement::alltoall}, {1, Placement::zero1}});
+  const Placement placement = R > 1 ? *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::reconstruct}})
+                                    : *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::reconstruct},
+                                                                            {1, Placement::alltoall}, {1, Placement::zero1}});
+  if (placement == Placement::reconstruct) config.runtime.step_mode = StepMode::replicated;  // dedup steps whole matrices
   if (placement == Placement::reconstruct || placement == Placement::alltoall) {
     config.planner.planner = PlannerKind::balanced;  // every parameter even: no owners to assign
     config.planner.explicit_owners.clear();
@@ -74,6 +84,7 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   }
   RC_TAG(to_string(config.placement));
   RC_TAG(to_string(config.runtime.precision));
+  if (R > 1) RC_TAG(std::string("HSDP ") + to_string(config.runtime.step_mode));
 
   std::mutex m;
   std::vector<std::string> failures;
