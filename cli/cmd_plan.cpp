@@ -34,6 +34,8 @@ struct PlanArgs {
   // spec's own dtype (bf16 for the large presets), nothing cast; with it, fp32 masters, gradients
   // and state, and compute copies in the param dtype.
   std::string param_dtype, reduce_dtype, output_dtype;
+  int replicas = 1;  // HSDP: -w counts all R x S ranks; the plan is made for S
+  StepMode step_mode = StepMode::replicated;
   std::string assign_file;
   std::vector<std::string> place;
   int prefetch = 1;
@@ -145,11 +147,15 @@ int run_plan(const PlanArgs& a) {
     spec = load_model(a);
     options = planner_options(a);
     mem.precision = plan_precision(a, spec);
+    TORCH_CHECK(a.replicas >= 1 && a.world_size % a.replicas == 0, "plan: --replicas ", a.replicas,
+                " must be a positive divisor of the world size ", a.world_size, " (W = R x S)");
+    mem.replicas = a.replicas;
+    mem.step_mode = a.step_mode;
     mem.optimizer = options.optimizer;
     mem.cost = options.cost;
     mem.prefetch = a.prefetch;
     auto t0 = std::chrono::steady_clock::now();
-    plan.emplace(make_plan(spec, a.world_size, options));
+    plan.emplace(make_plan(spec, a.world_size / a.replicas, options));
     plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
@@ -159,7 +165,13 @@ int run_plan(const PlanArgs& a) {
   for (const auto& s : plan->shards()) owned += s.role == Role::owned_matrix;
 
   nlohmann::ordered_json recommend;
-  if (a.recommend) recommend = to_json(recommend_world_size(spec, options, mem, a.bound, a.max_world_size));
+  if (a.recommend) {
+    MemoryModelOptions flat = mem;  // the sweep is over shard-group sizes
+    flat.replicas = 1;
+    recommend = to_json(recommend_world_size(spec, options, flat, a.bound, a.max_world_size));
+    const int R = recommend_replicas(a.world_size, recommend["largest_world_size"].get<int>());
+    recommend["hsdp_for_world_size"] = {{"world_size", a.world_size}, {"replicas", R}, {"shard_group", R ? a.world_size / R : 0}};
+  }
 
   if (a.json) {
     nlohmann::ordered_json j;
@@ -168,6 +180,9 @@ int run_plan(const PlanArgs& a) {
     j["planner"] = to_string(options.planner);
     j["tail_policy"] = to_string(options.tail_policy);
     j["optimizer"] = to_string(options.optimizer);
+    j["replicas"] = a.replicas;
+    j["shard_group"] = a.world_size / a.replicas;
+    j["step_mode"] = to_string(a.step_mode);
     {
       nlohmann::ordered_json p{{"master_dtype", short_dtype_name(spec.params.empty() ? c10::kFloat : spec.params.front().dtype)},
                                {"param_dtype", short_dtype_name(mem.precision.param_dtype)},
@@ -191,6 +206,10 @@ int run_plan(const PlanArgs& a) {
   std::printf("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n",
               a.world_size, to_string(options.planner), to_string(options.tail_policy), to_string(options.optimizer),
               a.prefetch, plan->hash_hex().c_str(), plan_seconds);
+  if (a.replicas > 1)
+    std::printf("      HSDP: %d replica groups x %d ranks (the plan is for %d), step mode %s%s\n", a.replicas,
+                a.world_size / a.replicas, a.world_size / a.replicas, to_string(a.step_mode),
+                a.step_mode == StepMode::dedup ? ": each shard stepped by one replica, state there only" : ": every replica steps");
   std::printf("      precision: %s masters, gradients and state; %s compute copies (unshard, gathered, forward/backward)\n\n",
               short_dtype_name(spec.params.empty() ? c10::kFloat : spec.params.front().dtype),
               short_dtype_name(mem.precision.param_dtype));
@@ -235,6 +254,11 @@ int run_plan(const PlanArgs& a) {
                 "Past it there are too few matrices per rank for whole-matrix owners to balance: combine owner\n"
                 "sharding inside groups of that size with replication (HSDP) across groups.\n",
                 recommend["largest_world_size"].get<int>());
+    const int R = recommend["hsdp_for_world_size"]["replicas"].get<int>();
+    if (R > 0)
+      std::printf("for -w %d: --replicas %d (%d replica group(s) x %d ranks)\n", a.world_size, R, R, a.world_size / R);
+    else
+      std::printf("for -w %d: no shard group size is within the bound\n", a.world_size);
   }
   return kExitOk;
 }
@@ -251,6 +275,9 @@ void add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced | explicit");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer)");
+  cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups; -w counts all ranks, the plan is for W/R")
+      ->check(CLI::Range(1, 4096));
+  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");
   cmd->add_option("--param-dtype", a->param_dtype,
                   "fp32 | bf16: compute copies over fp32 masters, as train (default: the spec's dtype throughout, nothing cast)");
   cmd->add_option("--reduce-dtype", a->reduce_dtype, "fp32 | bf16: gradients on the wire, as train (default fp32; needs --param-dtype)");

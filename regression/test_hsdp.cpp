@@ -8,6 +8,7 @@
 // traffic after the step's reduction is the update broadcast.
 #include "core/dist/mesh.h"
 #include "core/dist/ranks.h"
+#include "core/plan/memory_model.h"
 #include "core/plan/planner.h"
 #include "core/runtime/owner_runtime.h"
 #include "core/train/data.h"
@@ -137,6 +138,15 @@ TEST_P(Hsdp, EveryVariantBitMatchesTheMeshOrderOracle) {
       if (mesh.shard->total().calls != 0) fail("rank " + std::to_string(ctx.rank) + ": the step used the shard group");
       const PhaseCounters up = mesh.replicate->counters(Phase::update_broadcast);
       if (mesh.replicate->total().calls != up.calls) fail("rank " + std::to_string(ctx.rank) + ": step traffic besides the update broadcast");
+      // The memory model per step mode: this global rank's resident bytes exactly.
+      MemoryModelOptions mopts;
+      mopts.optimizer = counted.runtime.optimizer;
+      mopts.replicas = mc.replicas;
+      mopts.step_mode = mc.mode;
+      const PlanUsage usage = plan_usage(plan, mopts);
+      if (rt.resident_bytes() != usage.ranks[ctx.rank].resident_bytes)
+        fail("rank " + std::to_string(ctx.rank) + ": resident " + std::to_string(rt.resident_bytes()) + " bytes, the model says " +
+             std::to_string(usage.ranks[ctx.rank].resident_bytes));
       std::lock_guard<std::mutex> lock(mutex);
       matrix_steps += rt.matrix_steps();
       if (ctx.rank == 0)

@@ -22,15 +22,26 @@ std::pair<double, double> max_mean(const std::vector<T>& xs, F f) {
 }  // namespace
 
 PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
-  const int W = plan.world_size();
+  const int W = plan.world_size();  // S under HSDP
+  const int R = std::max(o.replicas, 1);
   PlanUsage usage;
-  usage.ranks.resize(W);
-  for (int r = 0; r < W; ++r) usage.ranks[r].rank = r;
+  usage.ranks.resize(static_cast<size_t>(R) * W);
+  for (int g = 0; g < R * W; ++g) usage.ranks[g].rank = g;
+  std::vector<int> stepper;  // dedup: the replica stepping each shard
+  if (R > 1 && o.step_mode == StepMode::dedup) stepper = dedup_step_replicas(plan, R, o.optimizer, o.cost);
+  // Each replica r whose ranks step shard i get its state and work (every replica unless dedup).
+  auto steppers = [&](size_t i) {
+    std::vector<int> rs;
+    for (int r = 0; r < R; ++r)
+      if (stepper.empty() || stepper[i] == r) rs.push_back(r);
+    return rs;
+  };
 
   // Baseline accumulators (per rank identical for zero3/zero1 params; state as described).
   int64_t zero3_params = 0, zero3_state = 0, full_params = 0, full_state = 0, largest_matrix = 0,
           largest_unit = 0;
-  for (const MatrixShard& s : plan.shards()) {
+  for (size_t i = 0; i < plan.shards().size(); ++i) {
+    const MatrixShard& s = plan.shards()[i];
     const int64_t e = elem(s.dtype);
     const bool matrix = s.role == Role::owned_matrix;
     const OptimizerKind opt = matrix ? o.optimizer : OptimizerKind::adamw;
@@ -42,16 +53,19 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
     zero3_params += even_chunk_rows(s.shape[0], W) * s.row_numel() * e;
     zero3_state += (state + W - 1) / W;
     if (matrix) largest_matrix = std::max(largest_matrix, s.numel() * e);
-    if (s.owned()) {
-      RankUsage& ru = usage.ranks[s.owner];
-      ru.state_bytes += state;
-      ru.optimizer_cost += cost;
-      (matrix ? ru.owned_matrices : ru.owned_tails) += 1;
-    } else {
-      for (const ShardSlice& sl : s.slices) {
-        RankUsage& ru = usage.ranks[sl.rank];
-        ru.state_bytes += 2 * sl.rows * s.row_numel() * e;
-        ru.optimizer_cost += static_cast<double>(sl.rows * s.row_numel());
+    for (int r = 0; r < R; ++r)
+      if (s.owned()) (matrix ? usage.ranks[r * W + s.owner].owned_matrices : usage.ranks[r * W + s.owner].owned_tails) += 1;
+    for (int r : steppers(i)) {
+      if (s.owned()) {
+        RankUsage& ru = usage.ranks[r * W + s.owner];
+        ru.state_bytes += state;
+        ru.optimizer_cost += cost;
+      } else {
+        for (const ShardSlice& sl : s.slices) {
+          RankUsage& ru = usage.ranks[r * W + sl.rank];
+          ru.state_bytes += 2 * sl.rows * s.row_numel() * e;
+          ru.optimizer_cost += static_cast<double>(sl.rows * s.row_numel());
+        }
       }
     }
   }
@@ -69,9 +83,9 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
       const MatrixShard& s = plan.shards()[si];
       if (!s.owned()) even_full += (s.numel() + align_elements(u.dtype) - 1) / align_elements(u.dtype) * align_elements(u.dtype);
     }
-    for (int r = 0; r < W; ++r) {
-      RankUsage& ru = usage.ranks[r];
-      const int64_t mine = u.segments[r].numel;
+    for (int g = 0; g < R * W; ++g) {
+      RankUsage& ru = usage.ranks[g];
+      const int64_t mine = u.segments[g % W].numel;
       ru.param_bytes += mine * e;
       ru.grad_bytes += mine * e;
       ru.unshard_recv_bytes += (u.numel - mine) * ce;

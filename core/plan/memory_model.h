@@ -4,6 +4,7 @@
 
 #include "core/plan/ownership_plan.h"
 #include "core/plan/optimizer_cost.h"
+#include "core/plan/planner.h"
 #include "core/plan/precision.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -21,6 +22,11 @@ struct MemoryModelOptions {
   // Masters, their gradients and the optimizer state are in the plan's dtype; unshard moves and
   // the gathered buffer holds the param dtype's copies (with this rank's own segment when it casts).
   PrecisionPolicy precision;
+  // HSDP: the plan (made for S ranks) in `replicas` groups; usage then lists all R x S ranks
+  // (global rank replica * S + s). Under dedup a rank holds state and does work only for the
+  // shards its replica steps (dedup_step_replicas); under replicated every replica does all.
+  int replicas = 1;
+  StepMode step_mode = StepMode::replicated;
 };
 
 // One rank of an owner-shaped plan. Optimizer state is kept in the parameter dtype (as

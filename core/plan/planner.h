@@ -5,6 +5,7 @@
 #include "core/plan/ownership_plan.h"
 #include "core/plan/model_spec.h"
 #include "core/plan/optimizer_cost.h"
+#include "core/util/enum_names.h"
 
 #include <map>
 #include <string>
@@ -47,6 +48,15 @@ std::vector<PlanItem> plan_items(const ModelSpec& spec, const PlannerOptions& op
 std::vector<int> assign_owners(const std::vector<PlanItem>& items, int world_size, const PlannerOptions& options);
 
 OwnershipPlan make_plan(const ModelSpec& spec, int world_size, const PlannerOptions& options);
+
+// HSDP (docs/hsdp.md): how the R replicas of a matrix are stepped.
+enum class StepMode {
+  replicated,  // every replica's owner steps it (R x the work and the state; no step traffic)
+  dedup,       // one replica's owner steps it (dedup_step_replicas) and broadcasts the fp32
+               // master to the others (phase update_broadcast); its state exists once
+};
+constexpr NameTable<StepMode, 2> kStepModeNames{{{StepMode::replicated, "replicated"}, {StepMode::dedup, "dedup"}}};
+inline const char* to_string(StepMode mode) { return name_in(kStepModeNames, mode); }
 
 // HSDP, step mode dedup (docs/hsdp.md): the replica (0..replicas-1) whose ranks step each shard of
 // `plan` (made for the S ranks of one replica group), chosen to balance optimizer cost over all

@@ -48,4 +48,11 @@ nlohmann::ordered_json to_json(const Recommendation& r) {
           {"sweep", rows}};
 }
 
+int recommend_replicas(int world_size, int largest_shard_group) {
+  if (largest_shard_group <= 0) return 0;
+  for (int r = 1; r <= world_size; ++r)
+    if (world_size % r == 0 && world_size / r <= largest_shard_group) return r;
+  return 0;
+}
+
 }  // namespace mfsdp

@@ -35,4 +35,8 @@ Recommendation recommend_world_size(const ModelSpec& spec, PlannerOptions option
 
 nlohmann::ordered_json to_json(const Recommendation& r);
 
+// HSDP for `world_size` ranks: the fewest replica groups R (a divisor of world_size) whose shard
+// group S = world_size / R is at most `largest_shard_group`; 0 when none is (largest_shard_group 0).
+int recommend_replicas(int world_size, int largest_shard_group);
+
 }  // namespace mfsdp

@@ -13,6 +13,7 @@
 
 #include "core/dist/communicator.h"
 #include "core/plan/ownership_plan.h"
+#include "core/plan/planner.h"
 #include "core/optim/optimizer_routing.h"
 #include "core/runtime/even_matrix_step.h"
 #include "core/runtime/param_map.h"
@@ -32,14 +33,7 @@ enum class NonFinitePolicy {
 };
 constexpr NameTable<NonFinitePolicy, 2> kNonFinitePolicyNames{{{NonFinitePolicy::fail, "fail"}, {NonFinitePolicy::skip, "skip"}}};
 
-// HSDP (docs/hsdp.md): how the R replicas of a matrix are stepped.
-enum class StepMode {
-  replicated,  // every replica's owner steps it (R x the work and the state; no step traffic)
-  dedup,       // one replica's owner steps it (dedup_step_replicas) and broadcasts the fp32
-               // master to the others (phase update_broadcast); its state exists once
-};
-constexpr NameTable<StepMode, 2> kStepModeNames{{{StepMode::replicated, "replicated"}, {StepMode::dedup, "dedup"}}};
-inline const char* to_string(StepMode mode) { return name_in(kStepModeNames, mode); }
+
 
 // The runtime's options: the optimizers' (OptimizerOptions: kinds, hyperparameters, groups) and how
 // the units move and reduce.
