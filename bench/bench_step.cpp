@@ -45,6 +45,10 @@ int g_measured = 6;
 std::string g_device = "cpu";
 
 const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
+// HSDP with 2 replica groups (docs/hsdp.md), at every even W >= 4: the owner runtime in both step
+// modes and FSDP2 HSDP + Muon (reconstruct, replicated).
+const std::vector<std::string> kHsdpPlacements{"hsdp2_owner_replicated", "hsdp2_owner_dedup", "hsdp2_reconstruct"};
+bool is_hsdp(const std::string& placement) { return placement.rfind("hsdp2_", 0) == 0; }
 
 TransformerConfig model_config(const std::string& name) {
   TransformerConfig m = preset_config("tiny");
@@ -64,6 +68,12 @@ TrainConfig make_config(const std::string& placement, const std::string& model) 
   c.model = model_config(model);
   c.batch = 4;
   c.seq = 32;
+  if (is_hsdp(placement)) {
+    c.runtime.replicas = 2;
+    c.runtime.step_mode = placement == "hsdp2_owner_dedup" ? StepMode::dedup : StepMode::replicated;
+    apply_placement(placement == "hsdp2_reconstruct" ? Placement::reconstruct : Placement::owner, c);
+    return c;
+  }
   apply_placement(placement_from_string(placement), c);
   return c;
 }
@@ -88,6 +98,20 @@ double median(std::vector<double> v) {
 // placement runs it (owner, zero1: on the owner; reconstruct and ddp: every matrix on every rank;
 // alltoall: matrix k on rank k mod W) plus AdamW on what the rank stores.
 double optimizer_gflop_rank_max(const TrainConfig& c, int W) {
+  if (c.runtime.replicas > 1) {
+    // HSDP: the shard group's plan; reconstruct works as at W / R, the owner modes as the memory
+    // model counts them over all R x S ranks (dedup: each matrix on one replica).
+    TrainConfig flat = c;
+    flat.runtime.replicas = 1;
+    if (c.placement == Placement::reconstruct) return optimizer_gflop_rank_max(flat, W / c.runtime.replicas);
+    MemoryModelOptions mo;
+    mo.replicas = c.runtime.replicas;
+    mo.step_mode = c.runtime.step_mode;
+    const PlanUsage u = plan_usage(make_plan(TransformerModel(c.model).spec(), W / c.runtime.replicas, c.planner), mo);
+    double m = 0;
+    for (const RankUsage& r : u.ranks) m = std::max(m, 2 * r.optimizer_cost);
+    return m / 1e9;
+  }
   const OwnershipPlan plan = make_plan(TransformerModel(c.model).spec(), W, c.planner);
   const OptimizerCostConfig cost;
   std::vector<double> flop(W, 0);
@@ -172,6 +196,7 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
   state.counters["unshard_recv_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::unshard)].bytes_recv);
   state.counters["reduce_sent_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::grad_reduce)].bytes_sent);
   state.counters["resident_B"] = static_cast<double>(r.resident_bytes_max);
+  state.counters["update_bcast_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::update_broadcast)].bytes_sent);
   state.counters["opt_GFLOP"] = r.optimizer_gflop_rank_max;
   state.counters["oracle_bitwise"] = r.oracle_bitwise ? 1 : 0;
   if (!r.oracle_bitwise) state.SkipWithError("the placement's result differs from the oracle's");
@@ -248,6 +273,25 @@ nlohmann::ordered_json ratios(const std::vector<std::string>& models, const std:
       out.push_back(j);
     }
   }
+  bool header = false;
+  for (const std::string& m : models) {
+    for (int W : world_sizes) {
+      const CaseResult *dedup = find(m, "hsdp2_owner_dedup", W), *rep = find(m, "hsdp2_owner_replicated", W),
+                       *rec = find(m, "hsdp2_reconstruct", W);
+      if (!dedup || !rep || !rec) continue;
+      if (!header) {
+        std::printf("  HSDP, 2 replica groups:  %-6s %3s  %24s  %26s\n", "model", "W", "reconstruct / owner dedup",
+                    "owner replicated / dedup");
+        header = true;
+      }
+      nlohmann::ordered_json j{{"model", m}, {"world_size", W}, {"replicas", 2},
+                               {"hsdp_reconstruct_over_dedup_step", rec->optimizer_ms / dedup->optimizer_ms},
+                               {"hsdp_replicated_over_dedup_step", rep->optimizer_ms / dedup->optimizer_ms}};
+      std::printf("  %24s  %-6s %3d  %23.2fx  %25.2fx\n", "", m.c_str(), W, rec->optimizer_ms / dedup->optimizer_ms,
+                  rep->optimizer_ms / dedup->optimizer_ms);
+      out.push_back(j);
+    }
+  }
   return out;
 }
 
@@ -316,6 +360,15 @@ int main(int argc, char** argv) {
             ->UseManualTime()
             ->Iterations(g_measured)
             ->Unit(benchmark::kMillisecond);
+  for (const std::string& m : models)
+    for (int W : world_sizes)
+      if (W >= 4 && W % 2 == 0)
+        for (const std::string& p : kHsdpPlacements)
+          benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
+                                       [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })
+              ->UseManualTime()
+              ->Iterations(g_measured)
+              ->Unit(benchmark::kMillisecond);
   int n = static_cast<int>(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
