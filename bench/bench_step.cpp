@@ -352,23 +352,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& m : models) model_config(m);  // names an unknown model before running anything
+  auto add_case = [](const std::string& m, int W, const std::string& p) {
+    benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
+                                 [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })
+        ->UseManualTime()
+        ->Iterations(g_measured)
+        ->Unit(benchmark::kMillisecond);
+  };
   for (const std::string& m : models)
     for (int W : world_sizes)
-      for (const std::string& p : kPlacements)
-        benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
-                                     [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })
-            ->UseManualTime()
-            ->Iterations(g_measured)
-            ->Unit(benchmark::kMillisecond);
+      for (const std::string& p : kPlacements) add_case(m, W, p);
   for (const std::string& m : models)
     for (int W : world_sizes)
       if (W >= 4 && W % 2 == 0)
-        for (const std::string& p : kHsdpPlacements)
-          benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
-                                       [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })
-              ->UseManualTime()
-              ->Iterations(g_measured)
-              ->Unit(benchmark::kMillisecond);
+        for (const std::string& p : kHsdpPlacements) add_case(m, W, p);
   int n = static_cast<int>(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
