@@ -96,8 +96,6 @@ TrainConfig make_config(const TrainArgs& a) {
   mesh_shape(a.world_size, a.replicas);  // throws unless R divides W
   c.runtime.replicas = a.replicas;
   c.runtime.step_mode = a.step_mode;
-  TORCH_CHECK(a.replicas == 1 || a.checkpoint_dir.empty(), "train: --replicas ", a.replicas,
-              ": HSDP runs do not write checkpoints yet (drop --checkpoint-dir)");
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
   check_groups(c);
   TORCH_CHECK(a.backend != "nccl" || a.device == "cuda", "train: --backend nccl needs --device cuda");

@@ -10,6 +10,7 @@
 #include "core/util/files.h"
 #include "core/io/checkpoint.h"
 #include "core/plan/planner.h"
+#include "core/dist/mesh.h"
 #include "core/dist/ranks.h"
 #include "core/train/replica.h"
 #include "core/util/crc32.h"
@@ -31,6 +32,7 @@
 #include <fstream>
 #include <mutex>
 #include <regex>
+#include <set>
 #include <sstream>
 
 namespace mfsdp {
@@ -209,14 +211,14 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
   }
 
   std::vector<Target> targets{
-      {"W=2 balanced/even", 2, PlannerKind::balanced, TailPolicy::even},
-      {"W=3 round_robin/owner", 3, PlannerKind::round_robin, TailPolicy::owner},
-      {"W=8 balanced/even", 8, PlannerKind::balanced, TailPolicy::even},
-      {"W=4 greedy_cost/owner (planner and tail change)", 4, PlannerKind::greedy_cost, TailPolicy::owner},
+      {"W=2 balanced/even", 2, PlannerKind::balanced, TailPolicy::even, Placement::owner, std::nullopt},
+      {"W=3 round_robin/owner", 3, PlannerKind::round_robin, TailPolicy::owner, Placement::owner, std::nullopt},
+      {"W=8 balanced/even", 8, PlannerKind::balanced, TailPolicy::even, Placement::owner, std::nullopt},
+      {"W=4 greedy_cost/owner (planner and tail change)", 4, PlannerKind::greedy_cost, TailPolicy::owner, Placement::owner, std::nullopt},
   };
   if (optimizer == OptimizerKind::muon || optimizer == OptimizerKind::adamw) {
-    targets.push_back({"W=3 reconstruct placement", 3, PlannerKind::balanced, TailPolicy::even, Placement::reconstruct});
-    targets.push_back({"W=2 alltoall placement", 2, PlannerKind::balanced, TailPolicy::even, Placement::alltoall});
+    targets.push_back({"W=3 reconstruct placement", 3, PlannerKind::balanced, TailPolicy::even, Placement::reconstruct, std::nullopt});
+    targets.push_back({"W=2 alltoall placement", 2, PlannerKind::balanced, TailPolicy::even, Placement::alltoall, std::nullopt});
   }
   // Another precision policy: the masters and state are float32 whatever the writer's policy, so
   // the continuation is exact (the oracle continues under the new policy too).
@@ -277,6 +279,175 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, Reshard,
                            if (std::get<1>(info.param) == c10::kBFloat16) name += "_bf16";
                            return name;
                          });
+
+// ---- HSDP meshes ------------------------------------------------------------------------------
+
+struct HsdpCase {
+  OptimizerKind optimizer;
+  StepMode mode;
+  c10::ScalarType param_dtype;
+};
+
+void PrintTo(const HsdpCase& c, std::ostream* out) {
+  *out << to_string(c.optimizer) << " " << to_string(c.mode) << " " << short_dtype_name(c.param_dtype);
+}
+
+std::string hsdp_name(const ::testing::TestParamInfo<HsdpCase>& info) {
+  std::string n = std::string(to_string(info.param.optimizer)) + "_" + to_string(info.param.mode);
+  if (info.param.param_dtype == c10::kBFloat16) n += "_bf16";
+  return n;
+}
+
+TrainConfig hsdp_config(const HsdpCase& hc, int replicas) {
+  TrainConfig c = base_config(hc.optimizer);
+  c.runtime.precision.param_dtype = hc.param_dtype;
+  c.runtime.replicas = replicas;
+  c.runtime.step_mode = hc.mode;
+  return c;
+}
+
+class HsdpRoundTrip : public ::testing::TestWithParam<HsdpCase> {};
+
+// A (2, 3) mesh writes 6 rank files holding every tensor once: parameters in replica 0's, each
+// optimizer state in the file of the replica stepping it. A fresh runtime on the same mesh loads it
+// and writes it back byte for byte.
+TEST_P(HsdpRoundTrip, EveryTensorOnceWhereTheStepModeKeepsItAndLoadThenSaveReproducesEveryByte) {
+  const HsdpCase hc = GetParam();
+  const std::string root = temp_dir("hsdp_roundtrip");
+  TrainConfig c = hsdp_config(hc, 2);
+  c.steps = 4;
+  c.checkpoint_dir = root + "/a";
+  c.checkpoint_every = 4;
+  RanksOptions ranks;
+  ranks.world_size = 6;
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    train_placement(ctx, c);
+    TransformerModel model(c.model);
+    Communicator world(ctx.backend);
+    Mesh mesh = make_mesh(ctx, 2);
+    const OwnershipPlan plan = make_plan(model.spec(), mesh.shape.shard, c.planner);
+    OwnerRuntime rt(plan, *mesh.shard, c.runtime, model.init(c.seed + 1), mesh.replicate.get());
+    const LoadReport report = load_checkpoint(root + "/a/step_00000004", rt, &world);
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!report.same_layout || report.step != 4 || report.written_world_size != 6)
+        failures.push_back("rank " + std::to_string(ctx.rank) + ": same_layout " + std::to_string(report.same_layout) +
+                           ", step " + std::to_string(report.step) + ", written world size " +
+                           std::to_string(report.written_world_size));
+    }
+    CheckpointContext again;
+    again.step = 4;
+    const CheckpointLayout first = read_layout(root + "/a/step_00000004");
+    again.placement = first.placement;
+    again.model = first.model;
+    again.optimizers = first.optimizers;
+    again.sampler = first.ranks[ctx.rank].sampler;
+    save_checkpoint(root + "/b", rt, again, &world);
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
+
+  const CheckpointLayout L = read_layout(root + "/a/step_00000004");
+  EXPECT_EQ(L.mesh.replicas, 2);
+  EXPECT_EQ(L.mesh.step_mode, to_string(hc.mode));
+  EXPECT_EQ(L.plan->world_size(), 3);
+  ASSERT_EQ(L.ranks.size(), 6u);
+  const std::vector<int> steppers = dedup_step_replicas(*L.plan, 2, hc.optimizer, OptimizerCostConfig{});
+  std::set<int> state_replicas;
+  for (const CheckpointRank& r : L.ranks) {
+    const int replica = r.rank / 3;
+    for (const CheckpointTensor& t : r.tensors) {
+      const int shard = static_cast<int>(&L.plan->shard(t.param) - L.plan->shards().data());
+      const int want = t.state.empty() || hc.mode == StepMode::replicated ? 0 : steppers[shard];
+      EXPECT_EQ(replica, want) << t.tensor << " is in " << r.file;
+      if (!t.state.empty()) state_replicas.insert(replica);
+    }
+  }
+  // dedup spreads the steps, hence the state, over both replicas; replicated keeps one copy.
+  EXPECT_EQ(state_replicas.size(), hc.mode == StepMode::dedup ? 2u : 1u);
+  for (int r = 0; r < 6; ++r) {
+    char file[64];
+    std::snprintf(file, sizeof(file), "/step_00000004/rank_%05d.safetensors", r);
+    EXPECT_TRUE(slurp(root + "/a" + file) == slurp(root + "/b" + file)) << "rank " << r << " file differs after a load and a save";
+  }
+  EXPECT_EQ(slurp(root + "/a/step_00000004/layout.json"), slurp(root + "/b/step_00000004/layout.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, HsdpRoundTrip,
+                         ::testing::Values(HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat}),
+                         hsdp_name);
+
+class HsdpReshard : public ::testing::TestWithParam<HsdpCase> {};
+
+// One run through the meshes (R, S) = (2, 4) -> (1, 3) -> (4, 2) -> (1, 8), each leg resuming
+// from the checkpoint of the one before: every leg bit-identical, every step, to the DDP oracle
+// (in that leg's mesh order) resumed from the same checkpoint; the first to the oracle from scratch.
+TEST_P(HsdpReshard, ThroughMeshesTwoByFourOneByThreeFourByTwoOneByEightEachLegBitMatchesTheOracle) {
+  const HsdpCase hc = GetParam();
+  const std::string root = temp_dir("hsdp_reshard");
+  struct Leg {
+    int replicas, shard, to;
+  };
+  const std::vector<Leg> legs{{2, 4, 4}, {1, 3, 7}, {4, 2, 10}, {1, 8, 13}};
+  std::string from;
+  int from_world = 0, from_step = 0;
+  for (size_t k = 0; k < legs.size(); ++k) {
+    const Leg& leg = legs[k];
+    const std::string name = "(" + std::to_string(leg.replicas) + "," + std::to_string(leg.shard) + ")";
+    TrainConfig c = hsdp_config(hc, leg.replicas);
+    c.steps = leg.to;
+    c.resume_from = from;
+    c.record_params = true;
+    std::mutex mutex;
+    std::vector<std::string> failures;
+    RanksOptions r;
+    r.world_size = leg.replicas * leg.shard;
+    run_ranks_as_threads(r, [&](RankContext& ctx) {
+      TrainConfig oracle = c;
+      oracle.placement = Placement::ddp;
+      const Trajectory control = to_trajectory(train_placement(ctx, oracle));
+      TrainConfig experiment = c;
+      experiment.checkpoint_dir = root + "/leg" + std::to_string(k);
+      experiment.checkpoint_every = leg.to;
+      TrainResult result = train_placement(ctx, experiment);
+      const ResumeInfo info = result.resumed;
+      const Comparison cmp = compare(control, to_trajectory(std::move(result)));
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!from.empty() && (info.step != from_step || info.written_world_size != from_world))
+        failures.push_back("resumed from step " + std::to_string(info.step) + " of W=" + std::to_string(info.written_world_size));
+      if (control.params.size() != static_cast<size_t>(leg.to - from_step))
+        failures.push_back("the oracle ran " + std::to_string(control.params.size()) + " steps");
+      if (!cmp.bitwise_equal)
+        failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " + std::to_string(cmp.first_bad_step) +
+                           " in " + cmp.first_bad + " (" + cmp.detail + ")");
+    });
+    for (const std::string& f : failures) ADD_FAILURE() << hsdp_name({GetParam(), 0}) << ", mesh " << name << ": " << f;
+    if (!failures.empty()) return;
+    std::printf("%s, mesh %s: steps %d..%d bit-identical to the oracle resumed from the same state\n",
+                hsdp_name({GetParam(), 0}).c_str(), name.c_str(), from_step + 1, leg.to);
+    from = root + "/leg" + std::to_string(k);
+    from_world = leg.replicas * leg.shard;
+    from_step = leg.to;
+  }
+  // The last checkpoint holds every parameter once and the whole optimizer state.
+  const FullState full = read_full_state(resolve_checkpoint(from));
+  EXPECT_EQ(full.step, 13);
+  EXPECT_EQ(full.optimizers.size(), full.params.size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, HsdpReshard,
+                         ::testing::Values(HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kFloat},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::dedup, c10::kFloat},
+                                           HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat},
+                                           HsdpCase{OptimizerKind::soap, StepMode::dedup, c10::kFloat},
+                                           HsdpCase{OptimizerKind::muon, StepMode::replicated, c10::kFloat},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat},
+                                           HsdpCase{OptimizerKind::shampoo, StepMode::replicated, c10::kFloat},
+                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kFloat},
+                                           HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kBFloat16}),
+                         hsdp_name);
 
 // ---- Bad input --------------------------------------------------------------------------------
 
@@ -344,11 +515,11 @@ TEST_F(BadInput, MissingRankFile) {
 
 TEST_F(BadInput, UnknownFormatVersion) {
   std::string text = slurp(file("layout.json"));
-  const std::string from = "\"format_version\": 3";
+  const std::string from = "\"format_version\": 4";
   ASSERT_NE(text.find(from), std::string::npos);
   text.replace(text.find(from), from.size(), "\"format_version\": 99");
   spit(file("layout.json"), seal_layout(text));
-  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads versions 1 to 3\\)");
+  expect_error("layout\\.json': layout\\.format_version: unknown format version 99 \\(this build reads versions 1 to 4\\)");
 }
 
 // Any byte of layout.json changed (here one digit of a learning rate, which parses as well as the

@@ -48,6 +48,19 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return out.str();
 }
 
+// The communicator over every rank of the runtime's mesh: its shard group without HSDP, else
+// `world`, which must be the whole mesh with ranks numbered replica * S + shard rank.
+Communicator& mesh_world(OwnerRuntime& rt, Communicator* world, const char* what) {
+  const int R = rt.options().replicas, S = rt.comm().world_size();
+  if (R == 1 && !world) return rt.comm();
+  TORCH_CHECK(world, what, ": rank ", rt.comm().rank(), " of replica ", rt.replica(), ": an HSDP runtime (", R,
+              " replica groups) needs the whole mesh's communicator");
+  TORCH_CHECK(world->world_size() == R * S && world->rank() == rt.replica() * S + rt.comm().rank(), what, ": rank ",
+              world->rank(), " of ", world->world_size(), " is not shard rank ", rt.comm().rank(), " of replica ",
+              rt.replica(), " in a mesh of ", R, " x ", S);
+  return *world;
+}
+
 }  // namespace
 
 std::string checkpoint_name(int64_t step) {
@@ -89,10 +102,12 @@ nlohmann::json optimizers_to_json(const RuntimeOptions& o) {
 
 // ---- Writing -------------------------------------------------------------------------------
 
-std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const CheckpointContext& ctx) {
-  Communicator& comm = rt.comm();
+std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const CheckpointContext& ctx, Communicator* world) {
+  Communicator& comm = mesh_world(rt, world, "checkpoint");
   PhaseScope phase(comm, Phase::checkpoint);
-  const int me = comm.rank();
+  const int me = comm.rank();  // in the whole mesh: the rank file's number
+  const int shard_rank = rt.comm().rank(), replica = rt.replica();
+  const std::vector<int>& step_replicas = rt.step_replicas();
   const OwnershipPlan& plan = rt.plan();
   const std::string name = checkpoint_name(ctx.step);
   const std::string final_dir = root + "/" + name, tmp_dir = root + "/." + name + ".tmp";
@@ -122,16 +137,20 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
     std::vector<std::pair<std::string, at::Tensor>> tensors;
     for (size_t i = 0; i < plan.shards().size(); ++i) {
       const MatrixShard& s = plan.shards()[i];
-      const ShardSlice* mine = stored_slice(s, me);
+      const ShardSlice* mine = stored_slice(s, shard_rank);
       if (!mine) continue;
       TORCH_CHECK(!s.shape.empty(), "checkpoint: parameter '", s.name, "' is a scalar (not supported)");
+      // Every tensor once: the parameter from replica 0, the state from the replica stepping it.
+      const bool write_param = replica == 0;
+      const bool write_state = replica == (step_replicas.empty() ? 0 : step_replicas[i]);
       const std::string rows = "|rows=" + std::to_string(mine->row_begin) + ":" + std::to_string(mine->row_begin + mine->rows);
       auto add = [&](const std::string& state, const at::Tensor& t) {
         const std::string tensor = s.name + (state.empty() ? "|param" : "|state." + state) + rows;
         tensors.emplace_back(tensor, t);
         record.tensors.push_back(CheckpointTensor{tensor, s.name, state, mine->row_begin, mine->rows});
       };
-      add("", rt.local_param(s.name));
+      if (write_param) add("", rt.local_param(s.name));
+      if (!write_state) continue;
       CheckpointOptimizer opt{s.name, OptimizerKind::adamw, mine->row_begin, mine->rows, {}};
       if (TensorOptimizer* o = rt.optimizer(static_cast<int>(i))) {
         opt.kind = o->kind();
@@ -171,6 +190,8 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
       layout.model = ctx.model;
       layout.optimizers = ctx.optimizers;
       layout.precision = precision_to_json(rt.options().precision);
+      layout.mesh.replicas = rt.options().replicas;
+      layout.mesh.step_mode = to_string(rt.options().step_mode);
       std::vector<nlohmann::json> ranks, manifests;
       for (const std::string& p : payloads) {
         nlohmann::json j = nlohmann::json::parse(p);
@@ -375,10 +396,11 @@ void check_same_model(const CheckpointLayout& layout, const OwnershipPlan& plan,
                 "' is not in this model");
 }
 
-LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt) {
-  Communicator& comm = rt.comm();
+LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt, Communicator* world) {
+  Communicator& comm = mesh_world(rt, world, "checkpoint");
   PhaseScope phase(comm, Phase::checkpoint);
-  const int me = comm.rank();
+  const int me = comm.rank();  // in the whole mesh
+  const int shard_rank = rt.comm().rank();
   LoadReport report;
   // 1. Every file verified once in all, spread over the ranks (rank r: files r, r + W, ...), and
   //    every rank told the outcome before anything is applied: a checkpoint that fails anywhere
@@ -397,13 +419,14 @@ LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt) {
     const OwnershipPlan& plan = rt.plan();
     report.step = L.step;
     report.written_world_size = L.world_size();
-    report.same_layout = L.plan->hash() == plan.hash();
+    report.same_layout = L.plan->hash() == plan.hash() && L.mesh.replicas == rt.options().replicas &&
+                         L.mesh.step_mode == to_string(rt.options().step_mode);
     report.bytes_total = src.bytes_total();
     // Same layout: the fast path, every tensor comes from this rank's own file (the loop below
     // reads nothing else); otherwise only the byte ranges of the rows this rank now stores.
     for (size_t i = 0; i < plan.shards().size(); ++i) {
       const MatrixShard& s = plan.shards()[i];
-      const ShardSlice* mine = stored_slice(s, me);
+      const ShardSlice* mine = stored_slice(s, shard_rank);
       if (!mine) continue;
       at::Tensor local = rt.local_param(s.name);
       local.copy_(src.rows(s.name, "", mine->row_begin, mine->rows));
@@ -469,7 +492,11 @@ bool inspect_checkpoint(const std::string& checkpoint, bool verify, std::string&
   out << "checkpoint " << checkpoint << "\n"
       << "  format " << kCheckpointFormat << " v" << L.format_version << ", step " << L.step << ", torch "
       << L.torch_version << "\n"
-      << "  placement " << L.placement << ", world size " << plan.world_size() << ", planner "
+      << "  placement " << L.placement << ", world size " << L.world_size()
+      << (L.mesh.replicas > 1 ? " (HSDP: " + std::to_string(L.mesh.replicas) + " replica groups x " +
+                                    std::to_string(plan.world_size()) + ", step mode " + L.mesh.step_mode + ")"
+                              : std::string())
+      << ", planner "
       << to_string(plan.meta().planner) << ", tail policy " << to_string(plan.meta().tail_policy) << ", plan hash "
       << plan.hash_hex() << "\n"
       << "  model " << L.model.dump() << "\n"

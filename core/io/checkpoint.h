@@ -37,7 +37,11 @@ nlohmann::json optimizers_to_json(const RuntimeOptions& options);
 // writes layout.json, renames the directory to root/step_N and replaces root/latest atomically; a
 // failure or crash at any point leaves the previous checkpoint and `latest` as they were. A
 // failure on any rank fails every rank, naming it. Returns the committed directory.
-std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const CheckpointContext& ctx);
+// HSDP (the runtime has replica groups): `world` is the whole mesh, whose rank g = replica * S +
+// shard rank writes rank file g; replica 0 writes the parameters, the stepping replica each
+// optimizer state (CheckpointMesh), so every tensor is written once.
+std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const CheckpointContext& ctx,
+                            Communicator* world = nullptr);
 
 // `path` itself when it holds layout.json, else the checkpoint its `latest` names (checked against
 // the layout CRC-32 `latest` records); throws when neither. has_checkpoint: whether `root` has a
@@ -84,7 +88,7 @@ struct LoadReport {
   int64_t step = 0;
   int64_t bytes_verified = 0;  // by this rank: its share of verifying every file once
   int written_world_size = 0;
-  bool same_layout = false;  // same plan: each rank read (and fully verified) its own file
+  bool same_layout = false;  // same plan and mesh: each rank read (and fully verified) its own file
   int64_t bytes_read = 0;    // by this rank
   int64_t bytes_total = 0;   // all rank files
   nlohmann::json sampler;    // the sampler state the writing rank of the same index recorded (rank 0's if none)
@@ -103,7 +107,9 @@ void check_same_model(const CheckpointLayout& layout, const OwnershipPlan& plan,
 // what this rank stores. Any world size, planner, tail policy or owner-runtime placement. First
 // every file is verified (each by one rank) and nothing is applied unless all passed: a failure
 // anywhere fails every rank, naming the rank and the file.
-LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt);
+// HSDP: `world` is the whole mesh, as for save_checkpoint; every replica loads the parameters it
+// stores, and the optimizer state of what it steps (dedup: only the stepping replica).
+LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt, Communicator* world = nullptr);
 
 // The whole model (and, if asked, every parameter's whole optimizer state), as CPU tensors, after
 // verifying every file of the checkpoint.

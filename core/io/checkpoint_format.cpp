@@ -1,6 +1,7 @@
 #include "core/io/checkpoint_format.h"
 
 #include "core/plan/plan_json.h"
+#include "core/plan/planner.h"
 #include "core/plan/precision.h"
 
 #include "core/util/crc32.h"
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cmath>
@@ -122,6 +124,9 @@ std::string layout_json(const CheckpointLayout& layout, const std::vector<nlohma
                            {"ranks", ranks},
                            {"manifest", manifest}};
   if (layout.format_version >= 3) j["precision"] = layout.precision;
+  if (layout.format_version >= 4)
+    j["mesh"] = nlohmann::ordered_json{{"replicas", layout.mesh.replicas}, {"shard_group", layout.plan->world_size()},
+                                       {"step_mode", layout.mesh.step_mode}};
   if (layout.format_version < 2) return j.dump(1) + "\n";
   j["layout_crc32"] = "00000000";
   return seal_layout(j.dump(1) + "\n");
@@ -248,8 +253,19 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
   }
   L.plan = std::make_shared<OwnershipPlan>(plan_from_json(f.object("plan"), path));
   const OwnershipPlan& plan = *L.plan;
-  const int W = plan.world_size();
-  if (f.integer("world_size", 1, 1 << 20) != W) bad_layout(path, f.in("world_size"), "differs from the plan's world size");
+  const int S = plan.world_size();
+  if (L.format_version >= 4) {
+    const Fields m{f.object("mesh"), path, f.in("mesh"), kCheckpoint};
+    L.mesh.replicas = static_cast<int>(m.integer("replicas", 1, 1 << 16));
+    if (m.integer("shard_group", 1, 1 << 20) != S) bad_layout(path, m.in("shard_group"), "differs from the plan's world size");
+    L.mesh.step_mode = m.string("step_mode");
+    in_context(path, m.in("step_mode"), [&] { return parse_name(kStepModeNames, L.mesh.step_mode, "step mode"); });
+    if (static_cast<int64_t>(L.mesh.replicas) * S > (1 << 20)) bad_layout(path, m.in("replicas"), "makes too many ranks");
+  }
+  const int W = L.world_size();  // rank files: every rank of the mesh
+  if (f.integer("world_size", 1, 1 << 20) != W)
+    bad_layout(path, f.in("world_size"), L.mesh.replicas == 1 ? "differs from the plan's world size"
+                                                               : "differs from the mesh's replicas x shard group");
 
   // Manifest first: rank records name files that must be in it.
   std::set<std::string> files;
@@ -273,6 +289,13 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
     L.manifest.push_back(std::move(e));
   }
 
+  // What each rank file holds of each parameter, its state and optimizer records: every row once.
+  struct Rows {
+    int64_t begin, rows;
+    int rank;
+    std::string where;
+  };
+  std::map<std::string, std::vector<Rows>> written;
   const nlohmann::json& ranks = f.array("ranks");
   if (static_cast<int>(ranks.size()) != W)
     bad_layout(path, f.in("ranks"), "has " + std::to_string(ranks.size()) + " entries for world size " + std::to_string(W));
@@ -289,10 +312,13 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
     R.rng_tensor = r.string("rng_tensor");
     // Rows of a parameter a record names must be exactly what the plan stores on this rank.
     auto check_stored = [&](const std::string& where, const std::string& param, int64_t b, int64_t n) {
-      const ShardSlice* mine = plan.shard(param).slice_on(R.rank);
+      const ShardSlice* mine = plan.shard(param).slice_on(L.shard_rank(R.rank));
       if (!mine || mine->rows == 0 || mine->row_begin != b || mine->rows != n)
         bad_layout(path, where, "rows [" + std::to_string(b) + ", " + std::to_string(b + n) + ") of '" + param +
-                                    "' are not what the plan stores on rank " + std::to_string(R.rank));
+                                    "' are not what the plan stores on " +
+                                    (L.mesh.replicas == 1 ? "rank " + std::to_string(R.rank)
+                                                          : "shard rank " + std::to_string(L.shard_rank(R.rank)) +
+                                                                " (rank " + std::to_string(R.rank) + ")"));
     };
     std::set<std::string> names;
     for (size_t k = 0; k < r.array("tensors").size(); ++k) {
@@ -309,6 +335,7 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
       T.row_begin = t.integer("row_begin", 0, total);
       T.rows = t.integer("rows", 1, total - T.row_begin);
       check_stored(t.in("rows"), T.param, T.row_begin, T.rows);
+      written[T.param + (T.state.empty() ? "" : " state " + T.state)].push_back({T.row_begin, T.rows, R.rank, t.in("rows")});
       R.tensors.push_back(std::move(T));
     }
     if (!R.rng_tensor.empty() && names.count(R.rng_tensor)) bad_layout(path, r.in("rng_tensor"), "names a parameter or state tensor");
@@ -325,6 +352,7 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
       O.row_begin = o.integer("row_begin", 0, total);
       O.rows = o.integer("rows", 1, total - O.row_begin);
       check_stored(o.in("rows"), O.param, O.row_begin, O.rows);
+      written[O.param + " optimizer"].push_back({O.row_begin, O.rows, R.rank, o.in("rows")});
       const nlohmann::json& sc = o.object("scalars");
       for (auto it = sc.begin(); it != sc.end(); ++it) {
         if (!it.value().is_number() || !std::isfinite(it.value().get<double>()))
@@ -337,6 +365,24 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
       if (!T.state.empty() && !stepped.count(T.param))
         bad_layout(path, r.in("tensors"), "state '" + T.state + "' of '" + T.param + "' has no optimizer record");
     L.ranks.push_back(std::move(R));
+  }
+  for (auto& [what, pieces] : written) {
+    std::sort(pieces.begin(), pieces.end(), [](const Rows& a, const Rows& b) { return a.begin < b.begin; });
+    for (size_t k = 1; k < pieces.size(); ++k)
+      if (pieces[k].begin < pieces[k - 1].begin + pieces[k - 1].rows)
+        bad_layout(path, pieces[k].where, "rows [" + std::to_string(pieces[k].begin) + ", " +
+                                              std::to_string(pieces[k].begin + pieces[k].rows) + ") of '" + what +
+                                              "' are also written by rank " + std::to_string(pieces[k - 1].rank) +
+                                              " (each row is written once)");
+  }
+  for (const MatrixShard& s : plan.shards()) {
+    int64_t rows = 0;
+    if (auto it = written.find(s.name); it != written.end())
+      for (const Rows& p : it->second) rows += p.rows;
+    const int64_t total = s.shape.empty() ? 1 : s.shape[0];
+    if (rows != total)
+      bad_layout(path, "layout.ranks", "holds " + std::to_string(rows) + " of the " + std::to_string(total) + " rows of '" +
+                                           s.name + "' (every parameter row is in exactly one rank file)");
   }
   return L;
 }

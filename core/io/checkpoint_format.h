@@ -23,7 +23,9 @@ namespace mfsdp {
 constexpr const char* kCheckpointFormat = "mfsdp-checkpoint";
 // Version 2 seals layout.json with its own checksum (layout_crc32) and binds `latest` to the
 // layout it names; version 1 (no seal) is still read, its rank files verified as before.
-constexpr int kCheckpointFormatVersion = 3;
+// Version 3 records the precision policy; version 4 the HSDP mesh (one rank file per rank of the
+// whole mesh, each tensor written once).
+constexpr int kCheckpointFormatVersion = 4;
 constexpr int kOldestReadableFormatVersion = 1;
 // Chunk checksums: 4 KiB chunks, doubled until a file has at most 1024 of them, so a reader of a
 // few byte ranges verifies (and reads) at most two chunks more per range than it needs.
@@ -68,6 +70,15 @@ struct CheckpointRank {
   std::vector<CheckpointOptimizer> optimizers;
 };
 
+// The HSDP mesh a checkpoint was written on (format 4; earlier formats: one replica group). The
+// plan is the shard group's; rank file g = replica * S + shard rank. The parameters are written
+// once, by replica 0; each optimizer state once, by the replica that steps it (replicated: 0;
+// dedup: the stepping replica), so the files of the other replicas may hold nothing.
+struct CheckpointMesh {
+  int replicas = 1;
+  std::string step_mode = "replicated";  // kStepModeNames
+};
+
 struct CheckpointLayout {
   int format_version = kCheckpointFormatVersion;
   int64_t step = 0;
@@ -79,10 +90,12 @@ struct CheckpointLayout {
   // The precision policy the run trained under (format 3; precision_to_json). Read from older
   // formats as the float32 policy they all ran: the stored tensors are float32 masters either way.
   nlohmann::json precision;
-  std::vector<CheckpointRank> ranks;  // one per rank of plan->world_size(), in rank order
+  CheckpointMesh mesh;
+  std::vector<CheckpointRank> ranks;  // one per rank of the mesh (world_size()), in rank order
   std::vector<FileManifest> manifest;  // one per rank file
 
-  int world_size() const { return plan->world_size(); }
+  int world_size() const { return mesh.replicas * plan->world_size(); }  // rank files: R x S
+  int shard_rank(int rank) const { return rank % plan->world_size(); }
   const FileManifest& manifest_of(const std::string& file) const;
 };
 

@@ -33,7 +33,7 @@ class OwnerRunner : public PlacementRunner {
  public:
   OwnerRunner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init,
               RankContext* ctx)
-      : model_(model), mesh_(checked_mesh(ctx, comm, config)),
+      : model_(model), world_(comm), mesh_(checked_mesh(ctx, comm, config)),
         plan_(make_plan(model.spec(), mesh_ ? mesh_->shape.shard : comm.world_size(), config.planner)),
         rt_(plan_, mesh_ ? *mesh_->shard : comm, config.runtime, init, mesh_ ? mesh_->replicate.get() : nullptr) {}
 
@@ -67,7 +67,6 @@ class OwnerRunner : public PlacementRunner {
   ParamMap full_params() override { return rt_.gather_full_params(); }
   std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
                               const std::string& sampler) override {
-    TORCH_CHECK(!mesh_, "checkpoint: HSDP runs (--replicas > 1) do not write checkpoints yet");
     CheckpointContext ctx;
     ctx.step = step;
     ctx.placement = to_string(config.placement);
@@ -76,13 +75,12 @@ class OwnerRunner : public PlacementRunner {
     ctx.sampler = nlohmann::json::parse(sampler);
     ctx.allow_rollback = config.checkpoint_rollback;
     const auto& kill_at = config.kill_rank_in_checkpoint;
-    if (kill_at && kill_at->first == rt_.comm().rank() && kill_at->second == step)
+    if (kill_at && kill_at->first == world_.rank() && kill_at->second == step)
       ctx.after_rank_file = [] { kill(getpid(), SIGKILL); };  // a rank lost mid-checkpoint, for the fault tests
-    return mfsdp::save_checkpoint(root, rt_, ctx);
+    return mfsdp::save_checkpoint(root, rt_, ctx, &world_);
   }
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
-    TORCH_CHECK(!mesh_, "checkpoint: HSDP runs (--replicas > 1) do not resume from checkpoints yet");
-    const LoadReport r = mfsdp::load_checkpoint(checkpoint, rt_);
+    const LoadReport r = mfsdp::load_checkpoint(checkpoint, rt_, &world_);
     ResumeInfo info;
     info.checkpoint = checkpoint;
     info.step = r.step;
@@ -100,6 +98,7 @@ class OwnerRunner : public PlacementRunner {
 
  private:
   const TransformerModel& model_;
+  Communicator& world_;       // every rank (HSDP: the whole mesh)
   std::optional<Mesh> mesh_;  // HSDP only; its communicators outlive the runtime
   OwnershipPlan plan_;  // the runtime keeps a reference: declared first, outlives it
   OwnerRuntime rt_;

@@ -24,7 +24,7 @@ key = b'"layout_crc32": "'
 at = raw.index(key) + len(key)
 assert zlib.crc32(raw[:at] + b"00000000" + raw[at + 8:]) == int(layout["layout_crc32"], 16), "layout.json seal"
 assert latest_lines[1] == f"layout_crc32 {zlib.crc32(raw):08x}", latest_lines
-assert layout["format"] == "mfsdp-checkpoint" and layout["format_version"] == 3, layout["format"]
+assert layout["format"] == "mfsdp-checkpoint" and layout["format_version"] in (3, 4), layout["format"]
 
 for m in layout["manifest"]:
     data = open(f"{step_dir}/{m['file']}", "rb").read()
