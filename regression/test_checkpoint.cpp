@@ -647,6 +647,47 @@ TEST_F(BadInput, ACorruptFileFailsEveryRankNamingTheRankThatFoundIt) {
         << e;
 }
 
+// An HSDP layout (2 x 2) edited so that a tensor is listed twice, or a parameter's rows are in no
+// file: the strict reader refuses it, naming the row range and the rank.
+TEST(HsdpBadInput, ARowWrittenTwiceOrByNoRankIsRefused) {
+  const std::string root = temp_dir("hsdp_bad");
+  TrainConfig c = hsdp_config({OptimizerKind::muon, StepMode::dedup, c10::kFloat}, 2);
+  c.steps = 1;
+  c.checkpoint_dir = root;
+  c.checkpoint_every = 1;
+  RanksOptions ranks;
+  ranks.world_size = 4;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
+  const std::string dir = root + "/step_00000001";
+  const std::string pristine = slurp(dir + "/layout.json");
+  auto expect_refused = [&](const CheckpointLayout& edited, const std::string& regex) {
+    spit(dir + "/layout.json", layout_to_json(edited));
+    try {
+      read_layout(dir);
+      ADD_FAILURE() << "no error; expected one matching " << regex;
+    } catch (const c10::Error& e) {
+      EXPECT_TRUE(std::regex_search(e.what_without_backtrace(), std::regex(regex))) << e.what_without_backtrace();
+    }
+    spit(dir + "/layout.json", pristine);
+  };
+  const CheckpointLayout L = read_layout(dir);
+  ASSERT_EQ(L.ranks.size(), 4u);
+  ASSERT_FALSE(L.ranks[0].tensors.empty());
+  {
+    CheckpointLayout twice = L;  // replica 1's shard rank 0 also lists replica 0's parameter rows
+    twice.ranks[2].tensors.push_back(L.ranks[0].tensors[0]);
+    expect_refused(twice, "rows \\[[0-9]+, [0-9]+\\) of '" + L.ranks[0].tensors[0].param +
+                              "' are also written by rank [02] \\(each row is written once\\)");
+  }
+  {
+    CheckpointLayout none = L;
+    const CheckpointTensor dropped = none.ranks[0].tensors[0];
+    none.ranks[0].tensors.erase(none.ranks[0].tensors.begin());
+    expect_refused(none, "holds [0-9]+ of the [0-9]+ rows of '" + dropped.param + "' \\(every parameter row is in exactly one rank file\\)");
+  }
+  EXPECT_NO_THROW(read_full_state(dir));
+}
+
 TEST(CheckpointPaths, LatestThatNamesNothingIsAnError) {
   const std::string root = temp_dir("latest");
   spit(root + "/latest", "step_00000042\n");

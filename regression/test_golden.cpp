@@ -144,24 +144,27 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
   return {"crc32:" + hex32(all), each};
 }
 
-std::string golden_file(int W, OptimizerKind o, c10::ScalarType d) {
-  return "tiny_w" + std::to_string(W) + "_" + to_string(o) + (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
+// tiny_w<W>_<optimizer>[_bf16].json; HSDP: tiny_r<R>s<S>_<optimizer>[_bf16].json (both step modes).
+std::string golden_file(int W, OptimizerKind o, c10::ScalarType d, int replicas = 1) {
+  const std::string mesh = replicas == 1 ? "w" + std::to_string(W)
+                                         : "r" + std::to_string(replicas) + "s" + std::to_string(W / replicas);
+  return "tiny_" + mesh + "_" + to_string(o) + (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
 }
 
 // This platform's golden: golden/cpu/<ATen capability>-<oneDNN ISA>/ (lower case) or golden/cuda/.
-std::string golden_path(int W, OptimizerKind o, c10::ScalarType d) {
+std::string golden_path(const std::string& file) {
   std::string dir = std::string(MFSDP_GOLDEN_DIR) + "/cuda";
   if (golden_device() == "cpu") {
     std::string cap = at::get_cpu_capability();
     for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     dir = std::string(MFSDP_GOLDEN_DIR) + "/cpu/" + cap + "-" + onednn_isa();
   }
-  return dir + "/" + golden_file(W, o, d);
+  return dir + "/" + file;
 }
 
 // Where no golden was made on this platform: another CPU set (compared within kTolerance), one with
 // the same ATen capability first.
-std::string other_platform_golden(int W, OptimizerKind o, c10::ScalarType d) {
+std::string other_platform_golden(const std::string& file) {
   std::vector<std::string> sets;
   const std::string root = std::string(MFSDP_GOLDEN_DIR) + "/cpu";
   if (DIR* d = ::opendir(root.c_str())) {
@@ -174,11 +177,11 @@ std::string other_platform_golden(int W, OptimizerKind o, c10::ScalarType d) {
   for (char& ch : cap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   std::stable_partition(sets.begin(), sets.end(), [&](const std::string& s) { return s.rfind(cap + "-", 0) == 0; });
   for (const std::string& set : sets) {
-    const std::string p = root + "/" + set + "/" + golden_file(W, o, d);
+    const std::string p = root + "/" + set + "/" + file;
     struct stat st {};
     if (::stat(p.c_str(), &st) == 0) return p;
   }
-  return golden_path(W, o, d);
+  return golden_path(file);
 }
 
 // Across platforms (another ATen CPU kernel set, or a GPU) losses are compared over the first
@@ -189,13 +192,12 @@ std::string other_platform_golden(int W, OptimizerKind o, c10::ScalarType d) {
 constexpr double kTolerance = 5e-3;
 constexpr int kToleranceSteps = 10;
 
-using GoldenParam = std::tuple<int, OptimizerKind, c10::ScalarType>;
-
-class Golden : public ::testing::TestWithParam<GoldenParam> {};
-
-TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
-  const auto [W, optimizer, param_dtype] = GetParam();
-  const TrainConfig config = golden_config(W, optimizer, param_dtype);
+// Runs `config` on W thread ranks and compares it with (or, regenerating, writes) the golden.
+void check_golden(int W, const TrainConfig& config) {
+  const OptimizerKind optimizer = config.runtime.optimizer;
+  const c10::ScalarType param_dtype = config.runtime.precision.param_dtype;
+  const int replicas = config.runtime.replicas;
+  const std::string file = golden_file(W, optimizer, param_dtype, replicas);
   const std::string device = golden_device();
   if (device == "cuda" && !at::globalContext().hasCUDA()) GTEST_SKIP() << "MFSDP_GOLDEN_DEVICE=cuda but no CUDA device is visible";
   TrainResult result;
@@ -213,7 +215,7 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
   std::vector<double> losses;
   for (const StepMetrics& m : result.steps) losses.push_back(m.loss);
   const auto [params_digest, params_crc] = digest(result.final_params);
-  const std::string path = golden_path(W, optimizer, param_dtype);
+  const std::string path = golden_path(file);
 
   if (std::getenv("MFSDP_REGENERATE_GOLDENS")) {
     nlohmann::ordered_json j{{"version", 1},
@@ -223,6 +225,8 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
                              {"optimizer", to_string(optimizer)},
                              {"planner", to_string(config.planner.planner)},
                              {"tail_policy", to_string(config.planner.tail_policy)},
+                             {"replicas", replicas},
+                             {"step_mode", replicas == 1 ? "-" : to_string(config.runtime.step_mode)},
                              {"steps", kSteps},
                              {"batch", config.batch},
                              {"seq", config.seq},
@@ -247,10 +251,11 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
 
   struct stat st {};
   const bool own = ::stat(path.c_str(), &st) == 0;
-  const std::string read_path = own ? path : other_platform_golden(W, optimizer, param_dtype);
+  const std::string read_path = own ? path : other_platform_golden(file);
   ASSERT_TRUE(path_exists(read_path)) << "no golden file " << path << "; generate it with: " << kRegenerate;
   const nlohmann::json g = nlohmann::json::parse(read_file(read_path, "golden"));
   ASSERT_EQ(g.at("world_size").get<int>(), W);
+  ASSERT_EQ(g.value("replicas", 1), replicas) << read_path;  // either step mode: the same trajectory
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);
   // Made before the precision record: float32 throughout.
   ASSERT_EQ(g.contains("precision") ? nlohmann::json(g.at("precision")) : precision_to_json(PrecisionPolicy{}),
@@ -288,12 +293,49 @@ TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
   }
   if (bad) std::printf("golden: %s does not match; if the change is intended, regenerate with: %s\n", read_path.c_str(), kRegenerate);
   else if (same_platform)
-    std::printf("golden: W=%d %s %s: %d losses bit-exact and the final-parameter digest equal (%s)\n", W, to_string(optimizer),
-                short_dtype_name(param_dtype), kSteps, read_path.c_str());
+    std::printf("golden: W=%d%s %s %s: %d losses bit-exact and the final-parameter digest equal (%s)\n", W,
+                replicas == 1 ? "" : (" (" + std::to_string(replicas) + " replicas, " + to_string(config.runtime.step_mode) + ")").c_str(),
+                to_string(optimizer), short_dtype_name(param_dtype), kSteps, read_path.c_str());
   else
     std::printf("golden: W=%d %s: the first %d losses within %g (another platform's golden; digest not compared)\n", W,
                 to_string(optimizer), kToleranceSteps, kTolerance);
 }
+
+using GoldenParam = std::tuple<int, OptimizerKind, c10::ScalarType>;
+
+class Golden : public ::testing::TestWithParam<GoldenParam> {};
+
+TEST_P(Golden, TrajectoryMatchesTheStoredOne) {
+  const auto [W, optimizer, param_dtype] = GetParam();
+  check_golden(W, golden_config(W, optimizer, param_dtype));
+}
+
+// HSDP: 2 replica groups of 2 (docs/hsdp.md). Both step modes train the same bits (each equals
+// the mesh-order oracle), so both are held to one golden per optimizer and precision.
+using HsdpGoldenParam = std::tuple<OptimizerKind, StepMode, c10::ScalarType>;
+
+class HsdpGolden : public ::testing::TestWithParam<HsdpGoldenParam> {};
+
+TEST_P(HsdpGolden, TrajectoryMatchesTheStoredOneInEitherStepMode) {
+  const auto [optimizer, mode, param_dtype] = GetParam();
+  TrainConfig c = golden_config(4, optimizer, param_dtype);
+  c.runtime.replicas = 2;
+  c.runtime.step_mode = mode;
+  if (std::getenv("MFSDP_REGENERATE_GOLDENS") && mode != StepMode::dedup) GTEST_SKIP() << "written by the dedup case";
+  check_golden(4, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,
+                         ::testing::Combine(::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(StepMode::dedup, StepMode::replicated),
+                                            ::testing::Values(c10::kFloat, c10::kBFloat16)),
+                         [](const ::testing::TestParamInfo<HsdpGoldenParam>& info) {
+                           std::string name = std::string(to_string(std::get<0>(info.param))) + "_" +
+                                              to_string(std::get<1>(info.param));
+                           if (std::get<2>(info.param) == c10::kBFloat16) name += "_bf16";
+                           return name;
+                         });
 
 std::string golden_name(const ::testing::TestParamInfo<GoldenParam>& info) {
   std::string name = "W";
