@@ -93,7 +93,9 @@ TrainConfig make_config(const TrainArgs& a) {
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = a.prefetch;
   c.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, a.output_dtype);
-  mesh_shape(a.world_size, a.replicas);  // throws unless R divides W
+  // Launched (torchrun, Slurm, mfsdp launch): the environment's world size, not -w.
+  const std::optional<LaunchEnv> launched = read_launch_env();
+  mesh_shape(launched ? launched->world_size : a.world_size, a.replicas);  // throws unless R divides W
   c.runtime.replicas = a.replicas;
   c.runtime.step_mode = a.step_mode;
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));

@@ -48,7 +48,9 @@ int run_verify(const VerifyArgs& a) {
     check_groups(config);
     // The oracle runs under the same policy (fp32 masters, the same compute copies).
     config.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, a.output_dtype);
-    mesh_shape(a.world_size, a.replicas);  // throws unless R divides W
+    // Launched (torchrun, Slurm, mfsdp launch): the environment's world size, not -w.
+    const std::optional<LaunchEnv> launched = read_launch_env();
+    mesh_shape(launched ? launched->world_size : a.world_size, a.replicas);  // throws unless R divides W
     config.runtime.replicas = a.replicas;  // the oracle averages in the same mesh order
     config.runtime.step_mode = a.step_mode;
   } catch (const c10::Error& e) {
