@@ -198,17 +198,42 @@ void OwnerRuntime::combine_replicas() {
   const int R = replicate_->world_size();
   const int64_t W = static_cast<int64_t>(R) * plan_.world_size();
   const bool fast = options_.reduce == ReduceMode::fast;
+  // Deterministic dedup: only the stepping replica needs a shard's mean, so one all-to-all per unit
+  // sends each replica's partial sums of a shard to its stepper alone ((R-1)/R of the segment sent
+  // per rank, against R-1 segments for an all-gather). The other replicas keep their partial
+  // sums there; the update broadcast overwrites those shards after the step.
+  const bool to_stepper = !fast && !step_replica_.empty();
+  const int me = replica();
+  // The shards of unit u this rank stores stepped by replica q, in the unit's order (the same on
+  // every replica: one plan).
+  auto stepped_by = [&](size_t u, int q) {
+    std::vector<int> out;
+    for (int i : units_[u]->shards())
+      if (step_replica_[i] == q && units_[u]->local_grad(i).defined()) out.push_back(i);
+    return out;
+  };
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<at::Tensor> gathered(units_.size());
+  std::vector<at::Tensor> received(units_.size()), sent(units_.size());
   for (size_t u = 0; u < units_.size(); ++u) {
     at::Tensor& g = units_[u]->segment_grad();
     if (g.numel() == 0) continue;  // the same on every replica: one plan
     UnitScope tag(*replicate_, static_cast<int>(u));
     if (fast) {
       works.push_back(replicate_->allreduce_sum(g));
+    } else if (to_stepper) {
+      std::vector<at::Tensor> parts;
+      std::vector<int64_t> send_splits(R, 0);
+      for (int q = 0; q < R; ++q)
+        for (int i : stepped_by(u, q)) {
+          parts.push_back(units_[u]->local_grad(i).reshape({-1}));
+          send_splits[q] += parts.back().numel();
+        }
+      sent[u] = at::cat(parts);
+      received[u] = at::empty({R * send_splits[me]}, g.options());
+      works.push_back(replicate_->alltoall(received[u], sent[u], std::vector<int64_t>(R, send_splits[me]), send_splits));
     } else {
-      gathered[u] = at::empty({R * g.numel()}, g.options());
-      works.push_back(replicate_->allgather(gathered[u], g));
+      received[u] = at::empty({R * g.numel()}, g.options());
+      works.push_back(replicate_->allgather(received[u], g));
     }
   }
   for (auto& w : works) w->wait();
@@ -219,8 +244,21 @@ void OwnerRuntime::combine_replicas() {
       g.div_(static_cast<double>(W));
       continue;
     }
+    if (to_stepper) {
+      const int64_t n_mine = received[u].numel() / R;
+      int64_t offset = 0;
+      for (int i : stepped_by(u, me)) {
+        at::Tensor grad = units_[u]->local_grad(i);
+        const int64_t n = grad.numel();
+        std::vector<at::Tensor> partials;
+        for (int r = 0; r < R; ++r) partials.push_back(received[u].narrow(0, r * n_mine + offset, n));
+        grad.view({-1}).copy_(mean_of_partial_sums(partials, W, grad.scalar_type()));
+        offset += n;
+      }
+      continue;
+    }
     std::vector<at::Tensor> partials;
-    for (int r = 0; r < R; ++r) partials.push_back(gathered[u].narrow(0, r * g.numel(), g.numel()));
+    for (int r = 0; r < R; ++r) partials.push_back(received[u].narrow(0, r * g.numel(), g.numel()));
     g.copy_(mean_of_partial_sums(partials, W, g.scalar_type()));
   }
 }
@@ -242,16 +280,24 @@ void OwnerRuntime::finish_backward() {
     at::Tensor g = units_[plan_.shards()[i].unit]->local_grad(static_cast<int>(i));
     if (g.defined() && !at::isfinite(g).all().item<bool>()) first_bad = static_cast<int64_t>(i) + 1;
   }
-  at::Tensor flags = at::zeros({comm_.world_size()}, at::TensorOptions().dtype(at::kLong));
-  flags[comm_.rank()] = first_bad;
+  // HSDP: one flag per rank of the whole mesh (replica-major), summed over the shard group and then
+  // over the replicate group, so every replica decides alike (under dedup each sees only the
+  // gradients it steps).
+  const int replicas = replicate_ ? replicate_->world_size() : 1;
+  at::Tensor flags = at::zeros({replicas * comm_.world_size()}, at::TensorOptions().dtype(at::kLong));
+  flags[replica() * comm_.world_size() + comm_.rank()] = first_bad;
   {
     PhaseScope phase(comm_, Phase::grad_reduce);
     at::Tensor on_device = flags.to(comm_.control_device());
     comm_.allreduce_sum(on_device)->wait();
+    if (replicate_) {
+      PhaseScope rphase(*replicate_, Phase::grad_reduce);
+      replicate_->allreduce_sum(on_device)->wait();
+    }
     flags = on_device.cpu();
   }
   pending_report_ = StepReport{};
-  for (int r = 0; r < comm_.world_size(); ++r) {
+  for (int r = 0; r < flags.numel(); ++r) {
     const int64_t bad = flags[r].item<int64_t>();
     if (bad > 0) {
       pending_report_.non_finite_parameter = plan_.shards()[bad - 1].name;
