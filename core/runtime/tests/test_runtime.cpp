@@ -6,6 +6,7 @@
 #include "core/train/model.h"
 #include "core/plan/planner.h"
 #include "core/dist/ranks.h"
+#include "core/dist/mesh.h"
 #include "core/runtime/reduction.h"
 #include "core/runtime/owner_runtime.h"
 #include "core/util/tensor_compare.h"
@@ -481,6 +482,58 @@ TEST(RuntimeErrors, NonFiniteFromOneRankIsDecidedTogetherByEveryRank) {
         EXPECT_EQ(r, want) << "W=" << W << " rank " << rank << " (owner " << owner << ", non-finite contribution from rank "
                            << bad_rank << ")";
     }
+  }
+}
+
+// HSDP dedup: a shard's mean exists only on its stepping replica, so a non-finite contribution
+// from a rank of that replica is seen there alone (the other replica holds a finite partial sum).
+// Every rank of the whole mesh must still make the same decision.
+TEST(RuntimeErrors, NonFiniteSeenByTheSteppingReplicaAloneIsDecidedByTheWholeMesh) {
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(1);
+  const ByteCorpus corpus = ByteCorpus::load();
+  const std::string poisoned = "layers.1.mlp.down.weight";
+  constexpr int R = 2, S = 2;
+  const OwnershipPlan plan = make_plan(model.spec(), S, PlannerOptions{});
+  const int shard = static_cast<int>(&plan.shard(poisoned) - plan.shards().data());
+  const int stepper = dedup_step_replicas(plan, R, OptimizerKind::muon, OptimizerCostConfig{})[shard];
+  const int bad_rank = stepper * S + (plan.shard(poisoned).owner + 1) % S;  // in the stepping replica, not the owner
+  for (NonFinitePolicy policy : {NonFinitePolicy::fail, NonFinitePolicy::skip}) {
+    std::mutex m;
+    std::map<int, std::string> outcome;
+    run_ranks_as_threads(world(R * S), [&](RankContext& ctx) {
+      Mesh mesh = make_mesh(ctx, R);
+      RuntimeOptions o;
+      o.non_finite = policy;
+      o.replicas = R;
+      o.step_mode = StepMode::dedup;
+      OwnerRuntime rt(plan, *mesh.shard, o, init, mesh.replicate.get());
+      auto [tokens, targets] = corpus.batch(0, 0, ctx.rank, 2, 8);
+      at::Tensor x = tokens;
+      for (int u = 0; u < rt.num_units(); ++u) {
+        ParamMap p = rt.unshard(u);
+        if (ctx.rank == bad_rank && p.count(poisoned))
+          p.at(poisoned).register_hook([](const at::Tensor& g) { return g * std::numeric_limits<float>::infinity(); });
+        x = model.unit_forward(u, x, p, targets);
+        x = rt.after_forward(u, x);
+      }
+      x.backward();
+      std::string r;
+      try {
+        const StepReport report = rt.step();
+        r = report.skipped ? "skipped " + report.non_finite_parameter : "stepped";
+      } catch (const c10::Error& e) {
+        const std::string what = e.what_without_backtrace();
+        r = what.find("non-finite gradient in parameter '" + poisoned + "'") != std::string::npos ? "failed" : what;
+      }
+      std::lock_guard<std::mutex> lock(m);
+      outcome[ctx.rank] = r;
+    });
+    ASSERT_EQ(static_cast<int>(outcome.size()), R * S);
+    const std::string want = policy == NonFinitePolicy::fail ? "failed" : "skipped " + poisoned;
+    for (const auto& [rank, r] : outcome)
+      EXPECT_EQ(r, want) << "rank " << rank << " (stepping replica " << stepper << ", non-finite contribution from rank "
+                         << bad_rank << ")";
   }
 }
 
