@@ -34,6 +34,7 @@ struct PlanArgs {
   // spec's own dtype (bf16 for the large presets), nothing cast; with it, fp32 masters, gradients
   // and state, and compute copies in the param dtype.
   std::string param_dtype, reduce_dtype, output_dtype;
+  bool tie_embeddings = false;
   int replicas = 1;  // HSDP: -w counts all R x S ranks; the plan is made for S
   StepMode step_mode = StepMode::replicated;
   std::string assign_file;
@@ -55,7 +56,14 @@ std::string read_input(const std::string& path) {
 
 ModelSpec load_model(const PlanArgs& a) {
   const bool policy = !a.param_dtype.empty();  // masters are fp32 under a policy
-  if (is_preset(a.model)) return preset(a.model, policy ? c10::kFloat : preset_config(a.model).dtype);
+  if (is_preset(a.model)) {
+    TransformerConfig c = preset_config(a.model);
+    c.dtype = policy ? c10::kFloat : c.dtype;
+    c.tie_embeddings = a.tie_embeddings;
+    return transformer_spec(c);
+  }
+  if (a.tie_embeddings)
+    throw UsageError("plan: --tie-embeddings applies to presets; a JSON spec ties a parameter with \"also_used_by\"");
   if (a.model.find('/') == std::string::npos && a.model.find(".json") == std::string::npos) {
     preset_config(a.model);  // throws: unknown preset, listing the known ones
   }
@@ -275,6 +283,7 @@ void add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced | explicit");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer)");
+  cmd->add_flag("--tie-embeddings", a->tie_embeddings, "A preset with its output head tied to the token embedding");
   cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups; -w counts all ranks, the plan is for W/R")
       ->check(CLI::Range(1, 4096));
   add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");

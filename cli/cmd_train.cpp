@@ -62,6 +62,7 @@ struct TrainArgs {
   int timeout_s = 60;
   NonFinitePolicy on_non_finite = NonFinitePolicy::fail;
   int layers = 2, hidden = 64, heads = 4, intermediate = 128;
+  bool tie_embeddings = false;
   std::vector<int> kill_at;  // hidden: RANK STEP
   std::vector<int> kill_in_checkpoint;  // hidden: RANK STEP
   std::string checkpoint_dir;
@@ -85,6 +86,7 @@ TrainConfig make_config(const TrainArgs& a) {
   c.model.kv_heads = a.heads;
   c.model.intermediate = a.intermediate;
   c.model.dtype = c10::kFloat;
+  c.model.tie_embeddings = a.tie_embeddings;
   c.planner.planner = planner_kind_from_string(a.planner);
   TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "train: --planner explicit is for mfsdp plan and tests");
   c.planner.tail_policy = tail_policy_from_string(a.tail_policy);
@@ -357,6 +359,8 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--reduce-dtype", a->reduce_dtype,
                   "fp32 | bf16: gradients on the wire (deterministic mode accumulates in fp32 either way)");
   cmd->add_option("--output-dtype", a->output_dtype, "fp32 | bf16: cast each unit's output to it (default: as computed)");
+  cmd->add_flag("--tie-embeddings", a->tie_embeddings,
+                "The output head reuses the token embedding (one parameter, both uses' gradients summed)");
   cmd->add_flag("--prefetch", a->prefetch, "Overlap: unshard the next unit (revive the previous one in backward) while this one computes");
   cmd->add_option("--device", a->device, "cpu | cuda (rank r on GPU r mod count)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--backend", a->backend, "gloo (CPU or CUDA tensors) | nccl (CUDA, one GPU per rank)")

@@ -34,6 +34,7 @@ struct VerifyArgs {
   std::string param_dtype = "fp32", reduce_dtype = "fp32", output_dtype;
   int replicas = 1;
   StepMode step_mode = StepMode::replicated;
+  bool tie_embeddings = false;
 };
 
 int run_verify(const VerifyArgs& a) {
@@ -52,6 +53,7 @@ int run_verify(const VerifyArgs& a) {
     const std::optional<LaunchEnv> launched = read_launch_env();
     mesh_shape(launched ? launched->world_size : a.world_size, a.replicas);  // throws unless R divides W
     config.runtime.replicas = a.replicas;  // the oracle averages in the same mesh order
+    config.model.tie_embeddings = a.tie_embeddings;
     config.runtime.step_mode = a.step_mode;
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
@@ -170,6 +172,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--seed", a->seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
+  cmd->add_flag("--tie-embeddings", a->tie_embeddings, "The output head reuses the token embedding, as train");
   cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W/R ranks, as train")->check(CLI::Range(1, 64));
   add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");
   cmd->add_option("--param-dtype", a->param_dtype, "fp32 | bf16: compute copies over fp32 masters, as train (oracle and runtime alike)");

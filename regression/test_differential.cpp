@@ -148,6 +148,56 @@ INSTANTIATE_TEST_SUITE_P(Grid, Differential,
                                             ::testing::Values(Precision::fp32, Precision::bf16)),
                          grid_name);
 
+// Tied embeddings (--tie-embeddings): the head reuses embed.weight, so the embedding unit stays
+// gathered through the forward and its gradient is the sum of both uses, reduced once. The same
+// planner/placement axis as the grid, against the oracle running the same tied model.
+class TiedDifferential : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(TiedDifferential, EveryPlannerAndPlacementBitMatchesTheTiedOracle) {
+  const auto [W, optimizer, precision] = GetParam();
+  TrainConfig base = base_config(optimizer, precision);
+  base.model.tie_embeddings = true;
+  const std::vector<Variant> all = variants(base, W);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  RanksOptions ranks;
+  ranks.world_size = W;
+  ranks.timeout = std::chrono::seconds(120);
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    const Trajectory control = run_oracle(ctx, base);
+    for (const Variant& v : all) {
+      TrainConfig c = base;
+      c.planner = v.planner;
+      apply_placement(v.placement, c);
+      c.runtime.prefetch = v.prefetch;
+      if (v.reduce_dtype) c.runtime.precision.reduce_dtype = *v.reduce_dtype;
+      const Comparison cmp = compare(control, run_recorded(ctx, c));
+      if (!cmp.bitwise_equal) {
+        std::lock_guard<std::mutex> lock(mutex);
+        failures.push_back("rank " + std::to_string(ctx.rank) + ", " + v.name + ": first difference at step " +
+                           std::to_string(cmp.first_bad_step) + " in " + cmp.first_bad + " (" + cmp.detail + ")");
+      }
+    }
+  });
+  for (const auto& f : failures) ADD_FAILURE() << f;
+  if (failures.empty())
+    std::printf("tied W=%d %s, %s: %zu variants x %d steps bit-identical to the tied oracle\n", W, to_string(optimizer),
+                to_string(base.runtime.precision).c_str(), all.size(), kSteps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tied, TiedDifferential,
+                         ::testing::Combine(::testing::Values(3, 5),
+                                            ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(Precision::fp32)),
+                         grid_name);
+INSTANTIATE_TEST_SUITE_P(TiedBf16, TiedDifferential,
+                         ::testing::Combine(::testing::Values(2),
+                                            ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(Precision::bf16)),
+                         grid_name);
+
 }  // namespace
 }  // namespace mfsdp
 

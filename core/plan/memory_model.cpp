@@ -72,7 +72,14 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
   usage.total_param_bytes = full_params;
   const int64_t ce = elem(o.precision.param_dtype);  // the compute copy's element size
   int64_t full_compute = 0;
-  for (const UnitLayout& u : plan.units()) {
+  // A unit lending tied parameters stays gathered from its forward to its backward, under every
+  // other unit's gathered buffers: per rank, its bytes add to the largest of the others'.
+  std::vector<bool> lends(plan.units().size(), false);
+  for (const UnitLayout& u : plan.units())
+    for (int b : u.borrowed) lends[plan.shards()[b].unit] = true;
+  std::vector<int64_t> kept(static_cast<size_t>(R) * W, 0), others(static_cast<size_t>(R) * W, 0);
+  for (size_t ui = 0; ui < plan.units().size(); ++ui) {
+    const UnitLayout& u = plan.units()[ui];
     const int64_t e = elem(u.dtype);
     const bool casts = o.precision.casts(u.dtype);
     full_compute += casts ? u.numel * ce : 0;
@@ -90,9 +97,11 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
       ru.grad_bytes += mine * e;
       ru.unshard_recv_bytes += (u.numel - mine) * ce;
       const int64_t gathered = (casts ? u.numel : u.numel - mine) + even_full;
-      ru.transient_bytes = std::max(ru.transient_bytes, o.prefetch * gathered * ce);
+      if (lends[ui]) kept[g] += gathered * ce;
+      else others[g] = std::max(others[g], o.prefetch * gathered * ce);
     }
   }
+  for (int g = 0; g < R * W; ++g) usage.ranks[g].transient_bytes = kept[g] + others[g];
   for (RankUsage& ru : usage.ranks) {
     ru.resident_bytes = ru.param_bytes + ru.grad_bytes + ru.state_bytes;
     ru.peak_bytes = ru.resident_bytes + ru.transient_bytes;

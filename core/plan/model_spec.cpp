@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cctype>
+#include <algorithm>
 #include <map>
 #include <cstdint>
 #include <set>
@@ -111,7 +112,7 @@ void validate(const ModelSpec& spec) {
   for (const auto& p : spec.params) {
     TORCH_CHECK(!p.name.empty(), "model spec '", spec.name, "': a parameter has an empty name");
     TORCH_CHECK(names.insert(p.name).second, "model spec '", spec.name, "': parameter '", p.name,
-                "' appears twice (tied or shared parameters are not supported: untie them or list one)");
+                "' appears twice (list a tied parameter once, with \"also_used_by\" naming the other units that use it)");
     TORCH_CHECK(!p.unit.empty(), "model spec '", spec.name, "': parameter '", p.name, "' is in no unit");
     TORCH_CHECK(!p.shape.empty(), "model spec '", spec.name, "': parameter '", p.name,
                 "' is a scalar (0-d); give it shape [1]");
@@ -135,6 +136,19 @@ void validate(const ModelSpec& spec) {
     TORCH_CHECK(inserted || it->second.first == p.dtype, "model spec '", spec.name, "': unit '", p.unit,
                 "' mixes dtypes: '", it->second.second, "' is ", c10::toString(it->second.first), " but '",
                 p.name, "' is ", c10::toString(p.dtype), " (a unit's flat buffer has one dtype)");
+  }
+  const std::vector<std::string> units = spec.unit_names();
+  for (const auto& p : spec.params) {
+    const auto own = std::find(units.begin(), units.end(), p.unit);
+    for (const std::string& u : p.also_used_by) {
+      const auto at = std::find(units.begin(), units.end(), u);
+      TORCH_CHECK(at != units.end(), "model spec '", spec.name, "': parameter '", p.name, "' is also used by unit '", u,
+                  "', which has no parameters of its own");
+      TORCH_CHECK(at > own, "model spec '", spec.name, "': parameter '", p.name, "' of unit '", p.unit,
+                  "' is also used by unit '", u, "', which does not come after it (a tied parameter's own unit is its first use)");
+      TORCH_CHECK(unit_dtype.at(u).first == p.dtype, "model spec '", spec.name, "': tied parameter '", p.name, "' is ",
+                  c10::toString(p.dtype), " but unit '", u, "', which also uses it, is ", c10::toString(unit_dtype.at(u).first));
+    }
   }
 }
 
@@ -194,6 +208,13 @@ ModelSpec model_spec_from_json(const std::string& text, const std::string& sourc
       }
     } else {
       p.kind = infer_kind(p.name, p.shape);
+    }
+    if (e.contains("also_used_by")) {  // a tied parameter: the later units that use it too
+      TORCH_CHECK(e["also_used_by"].is_array(), where("also_used_by"), ": not a list of unit names");
+      for (const auto& u : e["also_used_by"]) {
+        TORCH_CHECK(u.is_string(), where("also_used_by"), ": '", u.dump(), "' is not a unit name");
+        p.also_used_by.push_back(u.get<std::string>());
+      }
     }
     spec.params.push_back(std::move(p));
   }

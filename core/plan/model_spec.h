@@ -25,6 +25,10 @@ struct ParamSpec {
   c10::ScalarType dtype = c10::kFloat;
   std::string unit;  // the unit (FSDP2 param group) it is gathered with
   ParamKind kind = ParamKind::other;
+  // Tied parameters: later units that use this parameter too (e.g. the output head using the
+  // token embedding). Its unit stays gathered from its forward until its backward, and the
+  // gradient of every use is summed before the reduction.
+  std::vector<std::string> also_used_by;
 
   int64_t numel() const;
   int64_t bytes() const;
@@ -50,12 +54,14 @@ c10::ScalarType dtype_from_string(const std::string& name);  // "bf16", "bfloat1
 std::string infer_unit(const std::string& param_name);
 ParamKind infer_kind(const std::string& param_name, const std::vector<int64_t>& shape);
 
-// Checks names are unique and non-empty, shapes positive, dtypes supported, and every unit's
-// parameters share one dtype. Throws naming the parameter.
+// Checks names are unique and non-empty, shapes positive, dtypes supported, every unit's
+// parameters share one dtype, and every unit a tied parameter is also used by exists and comes
+// after the parameter's own unit. Throws naming the parameter.
 void validate(const ModelSpec& spec);
 
-// A JSON spec: a list (or {"params": [...]}) of {"name", "shape", "dtype"[, "unit", "kind"]}, as
-// exported from PyTorch's named_parameters(). Errors name the entry index and field.
+// A JSON spec: a list (or {"params": [...]}) of {"name", "shape", "dtype"[, "unit", "kind",
+// "also_used_by"]}, as exported from PyTorch's named_parameters() (which lists a tied parameter
+// once: "also_used_by" names the other units using it). Errors name the entry index and field.
 ModelSpec model_spec_from_json(const std::string& text, const std::string& source_name);
 
 }  // namespace mfsdp

@@ -94,6 +94,7 @@ std::string OwnershipPlan::canonical_text() const {
   for (const auto& u : units_) {
     out << "unit " << u.name << " " << c10::toString(u.dtype) << " " << u.numel << " tail_owner=" << u.tail_owner;
     for (const auto& s : u.segments) out << " " << s.offset << "+" << s.numel;
+    for (int b : u.borrowed) out << " borrows=" << b;  // nothing for untied plans: their hashes unchanged
     out << "\n";
   }
   for (const auto& s : shards_) {
@@ -129,6 +130,12 @@ void OwnershipPlan::validate() const {
     TORCH_CHECK(next == u.numel, "plan: unit '", u.name, "': segments cover ", next, " of ", u.numel, " elements");
     TORCH_CHECK(u.tail_owner >= -1 && u.tail_owner < W, "plan: unit '", u.name, "': tail owner ", u.tail_owner,
                 " outside [0, ", W, ")");
+    for (int b : u.borrowed) {
+      TORCH_CHECK(b >= 0 && b < static_cast<int>(shards_.size()), "plan: unit '", u.name, "' borrows shard ", b,
+                  ", which does not exist");
+      TORCH_CHECK(shards_[b].unit < static_cast<int>(ui), "plan: unit '", u.name, "' borrows '", shards_[b].name,
+                  "' of unit ", shards_[b].unit, ", which does not come before it");
+    }
   }
   // Per (unit, rank): the [begin, end) element ranges of slices and their shard, to check disjointness.
   struct Range {

@@ -86,6 +86,9 @@ struct UnitLayout {
   std::vector<Segment> segments;  // one per rank, in rank order, contiguous
   std::vector<int> shards;        // indices into OwnershipPlan::shards(), parameter order
   int tail_owner = -1;            // TailPolicy::owner with a non-empty tail; else -1
+  // Tied parameters of earlier units this unit uses too (indices into shards(); their units stay
+  // gathered until their own backward, and every use's gradient is summed before the reduction).
+  std::vector<int> borrowed;
 };
 
 enum class PlannerKind { round_robin, greedy_bytes, greedy_cost, balanced, explicit_assignment };

@@ -22,6 +22,7 @@ nlohmann::json plan_to_json(const OwnershipPlan& plan) {
     for (const Segment& g : u.segments) segments.push_back({{"offset", g.offset}, {"numel", g.numel}});
     units.push_back({{"name", u.name}, {"dtype", safetensors_dtype(u.dtype)}, {"numel", u.numel},
                      {"segments", segments}, {"shards", u.shards}, {"tail_owner", u.tail_owner}});
+    if (!u.borrowed.empty()) units.back()["borrowed"] = u.borrowed;  // tied parameters only
   }
   nlohmann::ordered_json j{{"world_size", plan.world_size()},
                            {"planner", to_string(plan.meta().planner)},
@@ -88,6 +89,11 @@ OwnershipPlan plan_from_json(const nlohmann::json& j, const std::string& path, c
       l.shards.push_back(v.get<int>());
     }
     l.tail_owner = static_cast<int>(u.integer("tail_owner", -1, world - 1));
+    if (u.j.contains("borrowed"))
+      for (const nlohmann::json& v : u.array("borrowed")) {
+        if (!v.is_number_unsigned() || v.get<uint64_t>() >= num_shards) bad_json(kind, path, u.in("borrowed"), "names a shard that does not exist");
+        l.borrowed.push_back(v.get<int>());
+      }
     units.push_back(std::move(l));
   }
   for (const MatrixShard& m : shards)

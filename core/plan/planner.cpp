@@ -292,6 +292,9 @@ OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& opti
     units[s.unit].shards.push_back(static_cast<int>(i));
     if (s.role == Role::owned_tail) units[s.unit].tail_owner = s.owner;
   }
+  for (size_t i = 0; i < spec.params.size(); ++i)
+    for (const std::string& u : spec.params[i].also_used_by)
+      units[std::find(unit_names.begin(), unit_names.end(), u) - unit_names.begin()].borrowed.push_back(static_cast<int>(i));
   // Lay out each unit rank-major: per rank, its even slices, then what it owns.
   for (UnitLayout& u : units) {
     const int64_t align = align_elements(u.dtype);

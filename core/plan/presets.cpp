@@ -52,6 +52,7 @@ ModelSpec transformer_spec(const TransformerConfig& c) {
   spec.name = c.name;
   const int64_t kv = c.kv_heads * c.head_dim();
   add(spec, "embed", "embed.weight", {c.vocab, c.hidden}, ParamKind::embedding, c.dtype);
+  if (c.tie_embeddings) spec.params.back().also_used_by = {"head"};
   for (int64_t i = 0; i < c.layers; ++i) {
     const std::string unit = "layers." + std::to_string(i);
     const std::string p = unit + ".";
@@ -71,7 +72,7 @@ ModelSpec transformer_spec(const TransformerConfig& c) {
     add(spec, unit, p + "mlp.down.weight", {c.hidden, c.intermediate}, ParamKind::hidden_matrix, c.dtype);
   }
   add(spec, "head", "norm.weight", {c.hidden}, ParamKind::other, c.dtype);
-  add(spec, "head", "head.weight", {c.vocab, c.hidden}, ParamKind::head, c.dtype);
+  if (!c.tie_embeddings) add(spec, "head", "head.weight", {c.vocab, c.hidden}, ParamKind::head, c.dtype);
   return spec;
 }
 

@@ -22,6 +22,7 @@ struct TransformerConfig {
   int64_t kv_heads = 4;
   bool qkv_bias = false;  // Qwen2-style biases on q, k, v
   c10::ScalarType dtype = c10::kFloat;
+  bool tie_embeddings = false;  // the head reuses embed.weight (no head.weight)
 
   int64_t head_dim() const { return hidden / heads; }
 };

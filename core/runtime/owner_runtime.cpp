@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -103,6 +104,10 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard, options_.precision));
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
   }
+  last_borrower_.assign(plan_.units().size(), -1);
+  lent_views_.resize(plan_.shards().size());
+  for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u)
+    for (int b : plan_.units()[u].borrowed) last_borrower_[plan_.shards()[b].unit] = std::max(last_borrower_[plan_.shards()[b].unit], u);
   optimizers_.resize(plan_.shards().size());
   even_matrix_.assign(plan_.shards().size(), false);
   for (size_t i = 0; i < plan_.shards().size(); ++i) {
@@ -143,6 +148,15 @@ ParamMap OwnerRuntime::unshard(int u) {
   variable_list full = UnitGather::apply(anchors_[u], reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
   ParamMap params;
   for (size_t k = 0; k < unit.shards().size(); ++k) params.emplace(plan_.shards()[unit.shards()[k]].name, full[k]);
+  if (last_borrower_[u] >= 0)
+    for (size_t k = 0; k < unit.shards().size(); ++k) lent_views_[unit.shards()[k]] = full[k];
+  for (int b : plan_.units()[u].borrowed) {
+    const Unit& lender = *units_[plan_.shards()[b].unit];
+    TORCH_CHECK(lender.state() == UnitState::unsharded && lent_views_[b].defined(), "runtime: rank ", comm_.rank(), ": unit '",
+                unit.name(), "' uses the tied parameter '", plan_.shards()[b].name, "' of unit '", lender.name(),
+                "', which is ", to_string(lender.state()), " (run that unit's forward first, in this step)");
+    params.emplace(plan_.shards()[b].name, lent_views_[b]);
+  }
   comm_.mark("forward", u);  // the caller computes unit u's forward from here
   return params;
 }
@@ -153,8 +167,18 @@ at::Tensor OwnerRuntime::after_forward(int u, const at::Tensor& output) {
   const bool backward_will_come = at::GradMode::is_enabled() && output.requires_grad();
   at::Tensor out = output;
   if (backward_will_come) out = PreBackward::apply(output, reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
-  if (!backward_will_come) unit.reshard(/*keep_for_backward=*/false);
-  else if (options_.reshard_after_forward) unit.reshard(/*keep_for_backward=*/true);
+  // A unit lending tied parameters stays gathered: its borrowers read the same views, and its
+  // backward (the last use's gradient summed with the others) comes after theirs.
+  const bool lends = last_borrower_[u] >= 0;
+  if (!backward_will_come && !lends) unit.reshard(/*keep_for_backward=*/false);
+  else if (backward_will_come && options_.reshard_after_forward && !lends) unit.reshard(/*keep_for_backward=*/true);
+  if (!backward_will_come) {
+    for (int l = 0; l < u; ++l)  // no backward comes: a lender is released after its last borrower
+      if (last_borrower_[l] == u && units_[l]->state() == UnitState::unsharded) {
+        units_[l]->reshard(/*keep_for_backward=*/false);
+        for (int k : units_[l]->shards()) lent_views_[k] = at::Tensor();
+      }
+  }
   if (backward_will_come) forward_order_.push_back(u);
   return out;
 }
@@ -265,6 +289,7 @@ void OwnerRuntime::combine_replicas() {
 
 void OwnerRuntime::finish_backward() {
   callback_queued_ = false;
+  for (at::Tensor& v : lent_views_) v = at::Tensor();  // the graph that held them is done
   for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicate_ == nullptr);
   if (replicate_) combine_replicas();
   reduce_order_.clear();

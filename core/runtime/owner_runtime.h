@@ -88,7 +88,9 @@ class OwnerRuntime {
   int num_units() const { return static_cast<int>(units_.size()); }
   Unit& unit(int u) { return *units_.at(u); }
 
-  // Unshards unit `u` and returns its parameters as full tensors connected to autograd.
+  // Unshards unit `u` and returns its parameters as full tensors connected to autograd, with the
+  // tied parameters it borrows from earlier units (the same views those units' unshard returned:
+  // autograd sums every use's gradient before the lender's reduction).
   ParamMap unshard(int u);
   // Pins (or keeps) unit `u` after its forward and hooks `output` so backward revives `u` first.
   at::Tensor after_forward(int u, const at::Tensor& output);
@@ -148,6 +150,11 @@ class OwnerRuntime {
   StepReport pending_report_;
   Communicator* replicate_ = nullptr;
   std::vector<int> step_replica_;  // dedup: per shard, the replica that steps it
+  // Tied parameters (UnitLayout::borrowed): per unit, the last later unit that borrows from it
+  // (-1: none; such a unit stays gathered from its forward to its backward), and per shard the
+  // full view its unit's unshard returned, handed to the borrowers until the backward ends.
+  std::vector<int> last_borrower_;
+  std::vector<at::Tensor> lent_views_;
 };
 
 }  // namespace mfsdp

@@ -99,7 +99,8 @@ at::Tensor TransformerModel::unit_forward(int u, const at::Tensor& input, const 
   if (u == 0) return out(at::embedding(get(p, "embed.weight"), input));
   if (u <= config_.layers) return out(block(u - 1, input, p));
   const at::Tensor& norm = get(p, "norm.weight");
-  at::Tensor logits = at::linear(rms_norm(input.to(norm.scalar_type()), norm), get(p, "head.weight"));
+  at::Tensor logits =
+      at::linear(rms_norm(input.to(norm.scalar_type()), norm), get(p, config_.tie_embeddings ? "embed.weight" : "head.weight"));
   return at::cross_entropy_loss(logits.reshape({-1, config_.vocab}).to(at::kFloat), targets.reshape({-1}));
 }
 

@@ -26,9 +26,11 @@ void check_groups(const TrainConfig& config) {
 }
 
 nlohmann::json model_config_json(const TransformerConfig& m) {
-  return {{"name", m.name}, {"vocab", m.vocab}, {"hidden", m.hidden}, {"intermediate", m.intermediate},
-          {"layers", m.layers}, {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"qkv_bias", m.qkv_bias},
-          {"dtype", c10::toString(m.dtype)}};
+  nlohmann::json j{{"name", m.name}, {"vocab", m.vocab}, {"hidden", m.hidden}, {"intermediate", m.intermediate},
+                   {"layers", m.layers}, {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"qkv_bias", m.qkv_bias},
+                   {"dtype", c10::toString(m.dtype)}};
+  if (m.tie_embeddings) j["tie_embeddings"] = true;  // absent when untied: earlier checkpoints compare equal
+  return j;
 }
 
 namespace {

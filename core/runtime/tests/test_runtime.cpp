@@ -57,6 +57,7 @@ struct GridCase {
   PlannerKind planner;
   TailPolicy tail;
   c10::ScalarType param_dtype = c10::kFloat;  // bf16: compute copies of float32 masters
+  bool tied = false;  // --tie-embeddings: the embedding unit lends embed.weight to the head
 };
 
 // The rank-order mean written out here, independent of core/runtime/reduction: contributions
@@ -71,7 +72,9 @@ class RuntimeGrid : public ::testing::TestWithParam<GridCase> {};
 
 TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
   const GridCase gc = GetParam();
-  const TransformerModel model(tiny());
+  TransformerConfig config = tiny();
+  config.tie_embeddings = gc.tied;
+  const TransformerModel model(config);
   const ParamMap init = model.init(/*seed=*/7);
   const ByteCorpus corpus = ByteCorpus::load();
   PlannerOptions popts;
@@ -142,8 +145,14 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
         x = rt.after_forward(u, x);
         Unit& unit = rt.unit(u);
         storage_in_forward.push_back(unit.gathered_storage_impl());
-        if (unit.state() != UnitState::pinned || unit.gathered_bytes() != 0)
-          forward_problems.push_back("unit " + unit.name() + " is not pinned with 0 bytes after forward");
+        // A unit lending a tied parameter stays gathered until its backward.
+        const bool lends = gc.tied && u == 0;
+        if (lends ? unit.state() != UnitState::unsharded : unit.state() != UnitState::pinned || unit.gathered_bytes() != 0)
+          forward_problems.push_back("unit " + unit.name() + (lends ? " is not kept gathered after forward" : " is not pinned with 0 bytes after forward"));
+        for (int b : plan.units()[u].borrowed)  // the borrowed view is the lender's
+          if (p.at(plan.shards()[b].name).storage().unsafeGetStorageImpl() != rt.unit(plan.shards()[b].unit).gathered_storage_impl() &&
+              !(plan.shards()[b].owned() && plan.shards()[b].owner == me && !casts))
+            forward_problems.push_back("borrowed " + plan.shards()[b].name + " is not a view of its lender's gathered storage");
         for (int s : unit.shards()) {
           const MatrixShard& shard = plan.shards()[s];
           const bool own = shard.owned() && shard.owner == me && !casts;  // a cast copy lives in gathered
@@ -211,13 +220,21 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
       comm.reset_counters();
       forward_backward(control, model, tokens, targets);
       const PhaseCounters control_unshard = comm.counters(Phase::unshard);
-      if (unshard.bytes_recv != 2 * control_unshard.bytes_recv)  // forward + revive vs forward only
+      // Forward + revive vs forward only; a unit lending a tied parameter is never revived (it
+      // stays gathered), and stays resident under every pair.
+      int64_t lender_recv = 0, lender_capacity = 0;
+      if (gc.tied) {
+        for (int r = 0; r < gc.world_size; ++r)
+          if (r != me) lender_recv += plan.units()[0].segments[r].numel * static_cast<int64_t>(c10::elementSize(gc.param_dtype));
+        lender_capacity = rt.unit(0).gathered_capacity();
+      }
+      if (unshard.bytes_recv != 2 * control_unshard.bytes_recv - lender_recv)
         problem("rank " + std::to_string(me) + " prefetch moved " + std::to_string(unshard.bytes_recv) + " unshard bytes, expected " +
-                std::to_string(2 * control_unshard.bytes_recv));
+                std::to_string(2 * control_unshard.bytes_recv - lender_recv));
       int64_t pair_bound = 0;
       for (int u = 0; u < rt.num_units(); ++u) {
         const int64_t next = u + 1 < rt.num_units() ? rt.unit(u + 1).gathered_capacity() : 0;
-        pair_bound = std::max(pair_bound, rt.unit(u).gathered_capacity() + next);
+        pair_bound = std::max(pair_bound, rt.unit(u).gathered_capacity() + next + lender_capacity);
       }
       if (prefetched.peak_gathered_bytes() > pair_bound)
         problem("rank " + std::to_string(me) + " prefetch peak gathered " + std::to_string(prefetched.peak_gathered_bytes()) +
@@ -282,6 +299,8 @@ std::vector<GridCase> grid() {
     for (PlannerKind p : {PlannerKind::round_robin, PlannerKind::balanced})
       for (TailPolicy t : {TailPolicy::even, TailPolicy::owner})
         for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, p, t, d});
+  for (int w : {1, 2, 3, 5})
+    for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, PlannerKind::balanced, TailPolicy::even, d, true});
   return cases;
 }
 
@@ -294,6 +313,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModel, RuntimeGrid, ::testing::ValuesIn(grid()),
                            name += '_';
                            name += to_string(info.param.tail);
                            if (info.param.param_dtype == c10::kBFloat16) name += "_bf16";
+                           if (info.param.tied) name += "_tied";
                            return name;
                          });
 
