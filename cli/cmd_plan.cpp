@@ -218,6 +218,10 @@ int run_plan(const PlanArgs& a) {
     std::printf("      HSDP: %d replica groups x %d ranks (the plan is for %d), step mode %s%s\n", a.replicas,
                 a.world_size / a.replicas, a.world_size / a.replicas, to_string(a.step_mode),
                 a.step_mode == StepMode::dedup ? ": each shard stepped by one replica, state there only" : ": every replica steps");
+  for (const UnitLayout& u : plan->units())
+    for (int b : u.borrowed)
+      std::printf("      tied: '%s' (unit %s) is also used by unit %s: its unit stays gathered until its backward\n",
+                  plan->shards()[b].name.c_str(), plan->units()[plan->shards()[b].unit].name.c_str(), u.name.c_str());
   std::printf("      precision: %s masters, gradients and state; %s compute copies (unshard, gathered, forward/backward)\n\n",
               short_dtype_name(spec.params.empty() ? c10::kFloat : spec.params.front().dtype),
               short_dtype_name(mem.precision.param_dtype));

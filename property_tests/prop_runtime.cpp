@@ -35,6 +35,7 @@ rc::Gen<TransformerConfig> small_transformer() {
     c.hidden = c.heads * *rc::gen::element<int64_t>(2, 4, 6);
     c.intermediate = *rc::gen::inRange<int64_t>(1, 40);
     c.qkv_bias = *rc::gen::arbitrary<bool>();
+    c.tie_embeddings = *rc::gen::arbitrary<bool>();
     return c;
   });
 }
@@ -85,6 +86,7 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   RC_TAG(to_string(config.placement));
   RC_TAG(to_string(config.runtime.precision));
   if (R > 1) RC_TAG(std::string("HSDP ") + to_string(config.runtime.step_mode));
+  if (config.model.tie_embeddings) RC_TAG("tied embeddings");
 
   std::mutex m;
   std::vector<std::string> failures;

@@ -286,15 +286,17 @@ struct HsdpCase {
   OptimizerKind optimizer;
   StepMode mode;
   c10::ScalarType param_dtype;
+  bool tied = false;  // --tie-embeddings
 };
 
 void PrintTo(const HsdpCase& c, std::ostream* out) {
-  *out << to_string(c.optimizer) << " " << to_string(c.mode) << " " << short_dtype_name(c.param_dtype);
+  *out << to_string(c.optimizer) << " " << to_string(c.mode) << " " << short_dtype_name(c.param_dtype) << (c.tied ? " tied" : "");
 }
 
 std::string hsdp_name(const ::testing::TestParamInfo<HsdpCase>& info) {
   std::string n = std::string(to_string(info.param.optimizer)) + "_" + to_string(info.param.mode);
   if (info.param.param_dtype == c10::kBFloat16) n += "_bf16";
+  if (info.param.tied) n += "_tied";
   return n;
 }
 
@@ -303,6 +305,7 @@ TrainConfig hsdp_config(const HsdpCase& hc, int replicas) {
   c.runtime.precision.param_dtype = hc.param_dtype;
   c.runtime.replicas = replicas;
   c.runtime.step_mode = hc.mode;
+  c.model.tie_embeddings = hc.tied;
   return c;
 }
 
@@ -375,8 +378,8 @@ TEST_P(HsdpRoundTrip, EveryTensorOnceWhereTheStepModeKeepsItAndLoadThenSaveRepro
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, HsdpRoundTrip,
-                         ::testing::Values(HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat},
-                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat}),
+                         ::testing::Values(HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat, false}),
                          hsdp_name);
 
 class HsdpReshard : public ::testing::TestWithParam<HsdpCase> {};
@@ -438,15 +441,20 @@ TEST_P(HsdpReshard, ThroughMeshesTwoByFourOneByThreeFourByTwoOneByEightEachLegBi
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, HsdpReshard,
-                         ::testing::Values(HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kFloat},
-                                           HsdpCase{OptimizerKind::adamw, StepMode::dedup, c10::kFloat},
-                                           HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat},
-                                           HsdpCase{OptimizerKind::soap, StepMode::dedup, c10::kFloat},
-                                           HsdpCase{OptimizerKind::muon, StepMode::replicated, c10::kFloat},
-                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat},
-                                           HsdpCase{OptimizerKind::shampoo, StepMode::replicated, c10::kFloat},
-                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kFloat},
-                                           HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kBFloat16}),
+                         ::testing::Values(HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::dedup, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::soap, StepMode::dedup, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::muon, StepMode::replicated, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::shampoo, StepMode::replicated, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kFloat, false},
+                                           HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kBFloat16, false},
+                                           // Tied embeddings: the one embed.weight (and its state) through every mesh.
+                                           HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kFloat, true},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat, true},
+                                           HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat, true},
+                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kBFloat16, true}),
                          hsdp_name);
 
 // ---- Bad input --------------------------------------------------------------------------------
@@ -651,7 +659,7 @@ TEST_F(BadInput, ACorruptFileFailsEveryRankNamingTheRankThatFoundIt) {
 // file: the strict reader refuses it, naming the row range and the rank.
 TEST(HsdpBadInput, ARowWrittenTwiceOrByNoRankIsRefused) {
   const std::string root = temp_dir("hsdp_bad");
-  TrainConfig c = hsdp_config({OptimizerKind::muon, StepMode::dedup, c10::kFloat}, 2);
+  TrainConfig c = hsdp_config({OptimizerKind::muon, StepMode::dedup, c10::kFloat, false}, 2);
   c.steps = 1;
   c.checkpoint_dir = root;
   c.checkpoint_every = 1;

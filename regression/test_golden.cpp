@@ -144,11 +144,12 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
   return {"crc32:" + hex32(all), each};
 }
 
-// tiny_w<W>_<optimizer>[_bf16].json; HSDP: tiny_r<R>s<S>_<optimizer>[_bf16].json (both step modes).
-std::string golden_file(int W, OptimizerKind o, c10::ScalarType d, int replicas = 1) {
+// tiny_w<W>_<optimizer>[_bf16].json; HSDP: tiny_r<R>s<S>_<optimizer>[_bf16].json (both step modes);
+// tied embeddings: tiny_tied_w<W>_...
+std::string golden_file(int W, OptimizerKind o, c10::ScalarType d, int replicas = 1, bool tied = false) {
   const std::string mesh = replicas == 1 ? "w" + std::to_string(W)
                                          : "r" + std::to_string(replicas) + "s" + std::to_string(W / replicas);
-  return "tiny_" + mesh + "_" + to_string(o) + (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
+  return std::string(tied ? "tiny_tied_" : "tiny_") + mesh + "_" + to_string(o) + (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
 }
 
 // This platform's golden: golden/cpu/<ATen capability>-<oneDNN ISA>/ (lower case) or golden/cuda/.
@@ -197,7 +198,7 @@ void check_golden(int W, const TrainConfig& config) {
   const OptimizerKind optimizer = config.runtime.optimizer;
   const c10::ScalarType param_dtype = config.runtime.precision.param_dtype;
   const int replicas = config.runtime.replicas;
-  const std::string file = golden_file(W, optimizer, param_dtype, replicas);
+  const std::string file = golden_file(W, optimizer, param_dtype, replicas, config.model.tie_embeddings);
   const std::string device = golden_device();
   if (device == "cuda" && !at::globalContext().hasCUDA()) GTEST_SKIP() << "MFSDP_GOLDEN_DEVICE=cuda but no CUDA device is visible";
   TrainResult result;
@@ -324,6 +325,26 @@ TEST_P(HsdpGolden, TrajectoryMatchesTheStoredOneInEitherStepMode) {
   if (std::getenv("MFSDP_REGENERATE_GOLDENS") && mode != StepMode::dedup) GTEST_SKIP() << "written by the dedup case";
   check_golden(4, c);
 }
+
+// Tied embeddings (the head reuses embed.weight) at W = 2 and 3.
+using TiedGoldenParam = std::tuple<int, OptimizerKind>;
+
+class TiedGolden : public ::testing::TestWithParam<TiedGoldenParam> {};
+
+TEST_P(TiedGolden, TrajectoryMatchesTheStoredOne) {
+  const auto [W, optimizer] = GetParam();
+  TrainConfig c = golden_config(W, optimizer, c10::kFloat);
+  c.model.tie_embeddings = true;
+  check_golden(W, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, TiedGolden,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap)),
+                         [](const ::testing::TestParamInfo<TiedGoldenParam>& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_" + to_string(std::get<1>(info.param)) + "_tied";
+                         });
 
 INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,
                          ::testing::Combine(::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,

@@ -1,5 +1,6 @@
 // Model specs, presets, the plan's own validation, and the planners' deterministic rules.
 #include "core/plan/memory_model.h"
+#include "core/plan/plan_json.h"
 #include "core/plan/planner.h"
 #include "core/plan/presets.h"
 
@@ -84,6 +85,34 @@ TEST(ModelSpec, JsonSpecRoundTripsAPyTorchExport) {
   EXPECT_EQ(spec.params[1].unit, "model.layers.0");
   EXPECT_EQ(spec.params[1].kind, ParamKind::hidden_matrix);
   EXPECT_EQ(spec.params[0].dtype, c10::kBFloat16);
+}
+
+// Tied parameters: listed once, with the later units that use them; the plan records the use, its
+// JSON round-trips it, and an untied plan's hash does not change.
+TEST(ModelSpec, TiedParametersAreListedOnceAndBorrowedByLaterUnits) {
+  EXPECT_EQ(model_spec_from_json(R"([{"name": "embed.weight", "shape": [8, 4], "also_used_by": ["head"]},
+                                     {"name": "head.norm", "shape": [4], "unit": "head"}])", "s.json").params[0].also_used_by,
+            std::vector<std::string>{"head"});
+  EXPECT_ERROR_HAS(model_spec_from_json(R"([{"name": "embed.weight", "shape": [8, 4], "also_used_by": ["lm"]},
+                                            {"name": "head.norm", "shape": [4], "unit": "head"}])", "s.json"),
+                   "'embed.weight' is also used by unit 'lm', which has no parameters of its own");
+  EXPECT_ERROR_HAS(model_spec_from_json(R"([{"name": "a.norm", "shape": [4], "unit": "a"},
+                                            {"name": "b.w", "shape": [8, 4], "unit": "b", "also_used_by": ["a"]}])", "s.json"),
+                   "is also used by unit 'a', which does not come after it");
+  EXPECT_ERROR_HAS(model_spec_from_json(R"([{"name": "e.w", "shape": [8, 4], "also_used_by": "head"}])", "s.json"),
+                   "entry 0, field \"also_used_by\": not a list of unit names");
+  TransformerConfig c = preset_config("tiny");
+  const ModelSpec untied = transformer_spec(c);
+  c.tie_embeddings = true;
+  const ModelSpec tied = transformer_spec(c);
+  EXPECT_EQ(tied.params.size() + 1, untied.params.size());  // no head.weight
+  EXPECT_EQ(tied.params[0].also_used_by, std::vector<std::string>{"head"});
+  const OwnershipPlan plan = make_plan(tied, 3, PlannerOptions{});
+  EXPECT_EQ(plan.units().back().borrowed, std::vector<int>{0});
+  const OwnershipPlan back = plan_from_json(nlohmann::json::parse(plan_to_json(plan).dump()), "plan.json");
+  EXPECT_EQ(back.hash(), plan.hash());
+  EXPECT_EQ(back.units().back().borrowed, std::vector<int>{0});
+  EXPECT_EQ(plan_to_json(make_plan(untied, 3, PlannerOptions{})).dump().find("borrowed"), std::string::npos);
 }
 
 PlannerOptions with(PlannerKind planner, TailPolicy tail = TailPolicy::even) {
