@@ -18,6 +18,10 @@ MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)): fp32 masters, bf16 l
 forward and backward, RMSNorm's normalisation, the softmax and the loss in fp32 (docs/precision.md),
 bf16 gradients cast to fp32 and averaged in rank order, torch.optim stepping the fp32 masters.
 
+The same again with tied embeddings (`mfsdp train --tie-embeddings`, fp32 at W = 2 and 3, bf16
+at W = 2): the head reuses embed.weight, whose .grad autograd sums over both uses before the
+rank-order mean; every loss, the 20 final parameters and the 26 state tensors bit for bit.
+
 Then, measured and bounded, not bitwise:
   - an idiomatic torch.nn version of the model (nn.Embedding, nn.RMSNorm, nn.Linear,
     F.scaled_dot_product_attention with is_causal) on the C++ initial and final weights: loss and
@@ -88,8 +92,9 @@ def rank_generator(seed, rank):
     return g
 
 
-def param_specs():
-    """(name, shape, is_hidden_matrix) in transformer_spec's order: the order init draws in."""
+def param_specs(tied=False):
+    """(name, shape, is_hidden_matrix) in transformer_spec's order: the order init draws in. Tied
+    (--tie-embeddings): no head.weight; the head reuses embed.weight."""
     out = [("embed.weight", (VOCAB, HIDDEN), False)]
     for i in range(LAYERS):
         p = f"layers.{i}."
@@ -102,15 +107,15 @@ def param_specs():
                 (p + "mlp.gate.weight", (INTERMEDIATE, HIDDEN), True),
                 (p + "mlp.up.weight", (INTERMEDIATE, HIDDEN), True),
                 (p + "mlp.down.weight", (HIDDEN, INTERMEDIATE), True)]
-    out += [("norm.weight", (HIDDEN,), False), ("head.weight", (VOCAB, HIDDEN), False)]
+    out += [("norm.weight", (HIDDEN,), False)] + ([] if tied else [("head.weight", (VOCAB, HIDDEN), False)])
     return out
 
 
-def init_params(seed):
+def init_params(seed, tied=False):
     """TransformerModel::init: 2-D tensors N(0, 0.02) drawn in spec order from one generator; norms 1."""
     g = shared_generator(seed)
     params = {}
-    for name, shape, _ in param_specs():
+    for name, shape, _ in param_specs(tied):
         if len(shape) == 1:
             params[name] = torch.ones(shape) if "norm" in name else torch.zeros(shape)
         else:
@@ -158,7 +163,8 @@ def functional_loss(p, tokens, targets):
         mlp = F.linear(F.silu(F.linear(h, p[pre + "mlp.gate.weight"])) * F.linear(h, p[pre + "mlp.up.weight"]),
                        p[pre + "mlp.down.weight"])
         x = y + mlp
-    logits = F.linear(rms_norm(x, p["norm.weight"]), p["head.weight"])
+    # Tied: the one embed.weight again (autograd sums both uses' gradients into its .grad).
+    logits = F.linear(rms_norm(x, p["norm.weight"]), p["head.weight"] if "head.weight" in p else p["embed.weight"])
     return F.cross_entropy(logits.reshape(-1, VOCAB).to(torch.float32), targets.reshape(-1))
 
 
@@ -199,13 +205,13 @@ class Block(nn.Module):
 class Tiny(nn.Module):
     """The same parameters under the same names as the C++ model (its state_dict loads an export)."""
 
-    def __init__(self, functional=False):
+    def __init__(self, functional=False, tied=False):
         super().__init__()
         self.functional = functional  # forward through functional_loss (exact) or the modules
         self.embed = nn.Embedding(VOCAB, HIDDEN)
         self.layers = nn.ModuleList(Block() for _ in range(LAYERS))
         self.norm = nn.RMSNorm(HIDDEN, eps=RMS_EPS)
-        self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
+        self.head = None if tied else nn.Linear(HIDDEN, VOCAB, bias=False)  # tied: functional only
 
     def forward(self, tokens, targets):
         if self.functional:
@@ -218,14 +224,14 @@ class Tiny(nn.Module):
 
 # ---- Training over gloo processes -----------------------------------------------------------
 
-def make_optimizers(params):
-    hidden = {n for n, _, m in param_specs() if m}
-    muon = torch.optim.Muon([params[n] for n, _, _ in param_specs() if n in hidden], lr=MUON_LR)
-    adamw = torch.optim.AdamW([params[n] for n, _, _ in param_specs() if n not in hidden], lr=ADAMW_LR, foreach=False)
+def make_optimizers(params, tied=False):
+    hidden = {n for n, _, m in param_specs(tied) if m}
+    muon = torch.optim.Muon([params[n] for n, _, _ in param_specs(tied) if n in hidden], lr=MUON_LR)
+    adamw = torch.optim.AdamW([params[n] for n, _, _ in param_specs(tied) if n not in hidden], lr=ADAMW_LR, foreach=False)
     return muon, adamw
 
 
-def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32"):
+def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", tied=False):
     """mode "rank_order": grads all-gathered and averaged in rank order; "ddp": stock DDP.
     precision "bf16": forward/backward on bf16 copies of the fp32 masters (rank_order only)."""
     torch.set_num_threads(1)  # as the deterministic mode's one intra-op thread per rank
@@ -233,12 +239,12 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32"):
     # A file store: no TCP port to pick (a port found free can be taken before the store binds it).
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
     data = corpus_bytes()
-    init = init_params(SEED)
-    model = Tiny(functional=True)
+    init = init_params(SEED, tied)
+    model = Tiny(functional=True, tied=tied)
     model.load_state_dict(init)
     params = dict(model.named_parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(model) if mode == "ddp" else None
-    muon, adamw = make_optimizers(params)
+    muon, adamw = make_optimizers(params, tied)
     losses, grads_per_step = [], []
     for step in range(STEPS):
         tokens, targets = batch(data, SEED, step, rank, BATCH, SEQ)
@@ -289,16 +295,17 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32"):
     dist.destroy_process_group()
 
 
-def train_torch(world_size, work, mode, attempts=3, precision="fp32"):
+def train_torch(world_size, work, mode, attempts=3, precision="fp32", tied=False):
     """The PyTorch side over gloo processes. A process that dies (a crash of the gloo processes
     themselves, seen once in a loaded CI run as `terminate called without an active exception`)
     is retried, said, up to `attempts` times: the comparison itself is never retried, and a
     deterministic failure fails every attempt."""
-    out = os.path.join(work, f"torch_{mode}_{precision}_w{world_size}.pt")
+    tag = f"{mode}_{precision}{'_tied' if tied else ''}_w{world_size}"
+    out = os.path.join(work, f"torch_{tag}.pt")
     for attempt in range(1, attempts + 1):
-        store = os.path.join(work, f"store_{mode}_{precision}_w{world_size}_{attempt}")
+        store = os.path.join(work, f"store_{tag}_{attempt}")
         try:
-            mp.spawn(rank_main, args=(world_size, store, out, mode, precision), nprocs=world_size, join=True)
+            mp.spawn(rank_main, args=(world_size, store, out, mode, precision, tied), nprocs=world_size, join=True)
             return torch.load(out)
         except mp.ProcessExitedException as e:
             if attempt == attempts:
@@ -315,13 +322,13 @@ def run(cmd):
     return r.stdout
 
 
-def train_mfsdp(mfsdp, world_size, work, precision="fp32"):
-    d = os.path.join(work, f"mfsdp_{precision}_w{world_size}")
+def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False):
+    d = os.path.join(work, f"mfsdp_{precision}{'_tied' if tied else ''}_w{world_size}")
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
     run([mfsdp, "train", "-w", str(world_size), "--launcher", "processes", "--steps", str(STEPS), "--seed", str(SEED),
          "--batch", str(BATCH), "--seq", str(SEQ), "--metrics", metrics, "--checkpoint-dir", ck,
-         "--checkpoint-every", str(STEPS), "--param-dtype", precision])
+         "--checkpoint-every", str(STEPS), "--param-dtype", precision] + (["--tie-embeddings"] if tied else []))
     run([mfsdp, "export", ck, "--out", model])
     losses = [json.loads(line)["loss"] for line in open(metrics) if '"step"' in line]
     step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
@@ -410,6 +417,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--world-sizes", default="1,2,3")
     ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--tied", default="fp32:2,fp32:3,bf16:2",
+                    help="tied-embedding runs as precision:W (the head reuses embed.weight)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tally = Tally()
@@ -427,11 +436,13 @@ def main():
             mine[f"tokens.s{s}.r{r}"], mine[f"targets.s{s}.r{r}"] = batch(data, SEED, s, r, BATCH, SEQ)
     compare_dicts(tally, "every rank's batch of every step (ByteCorpus::batch)", mine, dumped)
 
-    for precision, W in [(p, w) for p in args.precisions.split(",") for w in world_sizes]:
-        print(f"W = {W}, {precision}: torch.optim.Muon/AdamW over {W} gloo process(es), rank-order mean, vs mfsdp train"
-              f" --param-dtype {precision}:")
-        theirs = train_torch(W, args.work, "rank_order", precision=precision)
-        got = train_mfsdp(args.mfsdp, W, args.work, precision)
+    runs = [(p, w, False) for p in args.precisions.split(",") for w in world_sizes]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), True) for t in args.tied.split(",") if t]
+    for precision, W, tied in runs:
+        print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}: torch.optim.Muon/AdamW over {W} gloo process(es), "
+              f"rank-order mean, vs mfsdp train --param-dtype {precision}{' --tie-embeddings' if tied else ''}:")
+        theirs = train_torch(W, args.work, "rank_order", precision=precision, tied=tied)
+        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
             a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
@@ -444,7 +455,7 @@ def main():
         torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
         tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
                     "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
-        if precision != "fp32":
+        if precision != "fp32" or tied:
             continue
         if W == 1:
             check_idiomatic(tally, init, "initial", data)
