@@ -89,6 +89,18 @@ std::string name_of(const ::testing::TestParamInfo<OptimizerKind>& info) { retur
 
 // ---- Round trip -------------------------------------------------------------------------------
 
+// What `checkpoint` recorded besides the tensors, for writing it again from a loaded runtime.
+CheckpointContext context_of(const std::string& checkpoint, int rank) {
+  const CheckpointLayout first = read_layout(checkpoint);
+  CheckpointContext c;
+  c.step = first.step;
+  c.placement = first.placement;
+  c.model = first.model;
+  c.optimizers = first.optimizers;
+  c.sampler = first.ranks[rank].sampler;
+  return c;
+}
+
 class RoundTrip : public ::testing::TestWithParam<OptimizerKind> {};
 
 TEST_P(RoundTrip, LoadThenSaveReproducesEveryByteAtTheSameWorldSize) {
@@ -112,14 +124,7 @@ TEST_P(RoundTrip, LoadThenSaveReproducesEveryByteAtTheSameWorldSize) {
     // ... reading its own file only (chunks and a small cache: about one file's worth).
     EXPECT_LT(report.bytes_read, report.bytes_total / 3 * 2) << "rank " << ctx.rank;
     // ... and writes it back byte for byte.
-    CheckpointContext again;
-    again.step = 4;
-    const CheckpointLayout first = read_layout(root + "/a/step_00000004");
-    again.placement = first.placement;
-    again.model = first.model;
-    again.optimizers = first.optimizers;
-    again.sampler = first.ranks[ctx.rank].sampler;
-    save_checkpoint(root + "/b", rt, again);
+    save_checkpoint(root + "/b", rt, context_of(root + "/a/step_00000004", ctx.rank));
   });
   for (int r = 0; r < 3; ++r) {
     char file[64];
@@ -340,14 +345,7 @@ TEST_P(HsdpRoundTrip, EveryTensorOnceWhereTheStepModeKeepsItAndLoadThenSaveRepro
                            ", step " + std::to_string(report.step) + ", written world size " +
                            std::to_string(report.written_world_size));
     }
-    CheckpointContext again;
-    again.step = 4;
-    const CheckpointLayout first = read_layout(root + "/a/step_00000004");
-    again.placement = first.placement;
-    again.model = first.model;
-    again.optimizers = first.optimizers;
-    again.sampler = first.ranks[ctx.rank].sampler;
-    save_checkpoint(root + "/b", rt, again, &world);
+    save_checkpoint(root + "/b", rt, context_of(root + "/a/step_00000004", ctx.rank), &world);
   });
   for (const std::string& f : failures) ADD_FAILURE() << f;
 

@@ -74,20 +74,20 @@ std::vector<Variant> variants(const TrainConfig& base, int W) {
         for (const PlanItem& item : plan_items(TransformerModel(base.model).spec(), o))
           o.explicit_owners[item.key] = static_cast<int>(rng() % W);
       }
-      out.push_back({std::string(to_string(kind)) + "/" + to_string(tail), o, Placement::owner});
+      out.push_back({std::string(to_string(kind)) + "/" + to_string(tail), o, Placement::owner, false, std::nullopt});
     }
   }
   // The baselines: FSDP2 + Muon reconstruction and all-to-all (DistMuon) step even-sharded
   // matrices with Muon (or AdamW); Shampoo and SOAP need whole matrices, so only ZeRO-1 joins them.
   const bool elementwise_or_muon = base.runtime.optimizer == OptimizerKind::muon || base.runtime.optimizer == OptimizerKind::adamw;
   for (Placement p : {Placement::reconstruct, Placement::alltoall, Placement::zero1})
-    if (elementwise_or_muon || p == Placement::zero1) out.push_back({std::string("placement ") + to_string(p), base.planner, p});
+    if (elementwise_or_muon || p == Placement::zero1) out.push_back({std::string("placement ") + to_string(p), base.planner, p, false, std::nullopt});
   // Communication overlapped with compute (prefetched unshard and revive).
-  out.push_back({"owner balanced/even + prefetch", base.planner, Placement::owner, /*prefetch=*/true});
+  out.push_back({"owner balanced/even + prefetch", base.planner, Placement::owner, /*prefetch=*/true, std::nullopt});
   // bf16 on the wire: deterministic mode still accumulates the (bf16-exact) contributions in
   // float32 in rank order, so the trajectory is the oracle's with a float32 reduction.
   if (base.runtime.precision.param_dtype == c10::kBFloat16) {
-    Variant v{"owner balanced/even, reduce bf16", base.planner, Placement::owner};
+    Variant v{"owner balanced/even, reduce bf16", base.planner, Placement::owner, false, std::nullopt};
     v.reduce_dtype = c10::kBFloat16;
     out.push_back(v);
   }
@@ -108,10 +108,8 @@ std::string grid_name(const ::testing::TestParamInfo<GridParam>& info) {
 
 class Differential : public ::testing::TestWithParam<GridParam> {};
 
-TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
-  const auto [W, optimizer, precision] = GetParam();
-  const TrainConfig base = base_config(optimizer, precision);
-  const std::vector<Variant> all = variants(base, W);
+// Runs the oracle once and every variant against it on W thread ranks; returns the failures.
+std::vector<std::string> variants_against_oracle(const TrainConfig& base, int W, const std::vector<Variant>& all) {
   std::mutex mutex;
   std::vector<std::string> failures;
   RanksOptions ranks;
@@ -134,6 +132,14 @@ TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
       }
     }
   });
+  return failures;
+}
+
+TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
+  const auto [W, optimizer, precision] = GetParam();
+  const TrainConfig base = base_config(optimizer, precision);
+  const std::vector<Variant> all = variants(base, W);
+  const std::vector<std::string> failures = variants_against_oracle(base, W, all);
   for (const auto& f : failures) ADD_FAILURE() << f;
   if (failures.empty()) {
     std::printf("W=%d %s, %s: %zu planner/tail/placement variants x %d steps bit-identical to the oracle (max |diff| 0)\n", W,
@@ -158,27 +164,7 @@ TEST_P(TiedDifferential, EveryPlannerAndPlacementBitMatchesTheTiedOracle) {
   TrainConfig base = base_config(optimizer, precision);
   base.model.tie_embeddings = true;
   const std::vector<Variant> all = variants(base, W);
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  RanksOptions ranks;
-  ranks.world_size = W;
-  ranks.timeout = std::chrono::seconds(120);
-  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    const Trajectory control = run_oracle(ctx, base);
-    for (const Variant& v : all) {
-      TrainConfig c = base;
-      c.planner = v.planner;
-      apply_placement(v.placement, c);
-      c.runtime.prefetch = v.prefetch;
-      if (v.reduce_dtype) c.runtime.precision.reduce_dtype = *v.reduce_dtype;
-      const Comparison cmp = compare(control, run_recorded(ctx, c));
-      if (!cmp.bitwise_equal) {
-        std::lock_guard<std::mutex> lock(mutex);
-        failures.push_back("rank " + std::to_string(ctx.rank) + ", " + v.name + ": first difference at step " +
-                           std::to_string(cmp.first_bad_step) + " in " + cmp.first_bad + " (" + cmp.detail + ")");
-      }
-    }
-  });
+  const std::vector<std::string> failures = variants_against_oracle(base, W, all);
   for (const auto& f : failures) ADD_FAILURE() << f;
   if (failures.empty())
     std::printf("tied W=%d %s, %s: %zu variants x %d steps bit-identical to the tied oracle\n", W, to_string(optimizer),

@@ -455,6 +455,29 @@ TEST(RuntimeErrors, NonFiniteGradientsFailNamingTheParameterOrSkip) {
   }
 }
 
+// One step of `rt` whose gradient of `poisoned` this rank makes infinite (when `poison`): "stepped",
+// "skipped <parameter>", "failed" (the non-finite error naming it), or any other error's text.
+std::string poisoned_step(OwnerRuntime& rt, const TransformerModel& model, const ByteCorpus& corpus, int rank, bool poison,
+                          const std::string& poisoned) {
+  auto [tokens, targets] = corpus.batch(0, 0, rank, 2, 8);
+  at::Tensor x = tokens;
+  for (int u = 0; u < rt.num_units(); ++u) {
+    ParamMap p = rt.unshard(u);
+    if (poison && p.count(poisoned))  // this rank's contribution only
+      p.at(poisoned).register_hook([](const at::Tensor& g) { return g * std::numeric_limits<float>::infinity(); });
+    x = model.unit_forward(u, x, p, targets);
+    x = rt.after_forward(u, x);
+  }
+  x.backward();
+  try {
+    const StepReport report = rt.step();
+    return report.skipped ? "skipped " + report.non_finite_parameter : "stepped";
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    return what.find("non-finite gradient in parameter '" + poisoned + "'") != std::string::npos ? "failed" : what;
+  }
+}
+
 // What must not happen: a non-finite gradient that only one rank's contribution carries lands on
 // one owner; an owner deciding alone would skip (or fail) a step that the other ranks take, and
 // the ranks would silently diverge. Every rank must make the owner's decision, at every W.
@@ -475,24 +498,7 @@ TEST(RuntimeErrors, NonFiniteFromOneRankIsDecidedTogetherByEveryRank) {
         RuntimeOptions o;
         o.non_finite = policy;
         OwnerRuntime rt(plan, comm, o, init);
-        auto [tokens, targets] = corpus.batch(0, 0, ctx.rank, 2, 8);
-        at::Tensor x = tokens;
-        for (int u = 0; u < rt.num_units(); ++u) {
-          ParamMap p = rt.unshard(u);
-          if (ctx.rank == bad_rank && p.count(poisoned))  // this rank's contribution only
-            p.at(poisoned).register_hook([](const at::Tensor& g) { return g * std::numeric_limits<float>::infinity(); });
-          x = model.unit_forward(u, x, p, targets);
-          x = rt.after_forward(u, x);
-        }
-        x.backward();
-        std::string r;
-        try {
-          const StepReport report = rt.step();
-          r = report.skipped ? "skipped " + report.non_finite_parameter : "stepped";
-        } catch (const c10::Error& e) {
-          const std::string what = e.what_without_backtrace();
-          r = what.find("non-finite gradient in parameter '" + poisoned + "'") != std::string::npos ? "failed" : what;
-        }
+        const std::string r = poisoned_step(rt, model, corpus, ctx.rank, ctx.rank == bad_rank, poisoned);
         std::lock_guard<std::mutex> lock(m);
         outcome[ctx.rank] = r;
       });
@@ -528,24 +534,7 @@ TEST(RuntimeErrors, NonFiniteSeenByTheSteppingReplicaAloneIsDecidedByTheWholeMes
       o.replicas = R;
       o.step_mode = StepMode::dedup;
       OwnerRuntime rt(plan, *mesh.shard, o, init, mesh.replicate.get());
-      auto [tokens, targets] = corpus.batch(0, 0, ctx.rank, 2, 8);
-      at::Tensor x = tokens;
-      for (int u = 0; u < rt.num_units(); ++u) {
-        ParamMap p = rt.unshard(u);
-        if (ctx.rank == bad_rank && p.count(poisoned))
-          p.at(poisoned).register_hook([](const at::Tensor& g) { return g * std::numeric_limits<float>::infinity(); });
-        x = model.unit_forward(u, x, p, targets);
-        x = rt.after_forward(u, x);
-      }
-      x.backward();
-      std::string r;
-      try {
-        const StepReport report = rt.step();
-        r = report.skipped ? "skipped " + report.non_finite_parameter : "stepped";
-      } catch (const c10::Error& e) {
-        const std::string what = e.what_without_backtrace();
-        r = what.find("non-finite gradient in parameter '" + poisoned + "'") != std::string::npos ? "failed" : what;
-      }
+      const std::string r = poisoned_step(rt, model, corpus, ctx.rank, ctx.rank == bad_rank, poisoned);
       std::lock_guard<std::mutex> lock(m);
       outcome[ctx.rank] = r;
     });
