@@ -15,10 +15,11 @@ namespace mfsdp {
 
 namespace {
 
-constexpr NameTable<ParamKind, 4> kParamKindNames{{{ParamKind::hidden_matrix, "hidden_matrix"},
+constexpr NameTable<ParamKind, 5> kParamKindNames{{{ParamKind::hidden_matrix, "hidden_matrix"},
                                                    {ParamKind::embedding, "embedding"},
                                                    {ParamKind::head, "head"},
-                                                   {ParamKind::other, "other"}}};
+                                                   {ParamKind::other, "other"},
+                                                   {ParamKind::expert_matrix, "expert_matrix"}}};
 
 }  // namespace
 
@@ -132,6 +133,9 @@ void validate(const ModelSpec& spec) {
                 "' has unsupported dtype ", c10::toString(p.dtype));
     TORCH_CHECK(p.kind != ParamKind::hidden_matrix || p.shape.size() == 2, "model spec '", spec.name,
                 "': parameter '", p.name, "' is marked hidden_matrix but has ", p.shape.size(), " dimensions");
+    TORCH_CHECK(p.kind != ParamKind::expert_matrix || p.shape.size() == 3, "model spec '", spec.name,
+                "': parameter '", p.name, "' is marked expert_matrix but has ", p.shape.size(),
+                " dimensions (expected [experts, out, in])");
     auto [it, inserted] = unit_dtype.emplace(p.unit, std::make_pair(p.dtype, p.name));
     TORCH_CHECK(inserted || it->second.first == p.dtype, "model spec '", spec.name, "': unit '", p.unit,
                 "' mixes dtypes: '", it->second.second, "' is ", c10::toString(it->second.first), " but '",

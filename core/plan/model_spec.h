@@ -14,6 +14,8 @@ enum class ParamKind {
   embedding,      // token embedding: even row shards, AdamW
   head,           // output head: even row shards, AdamW
   other,          // 1-D and everything else: the unit's tail, AdamW
+  expert_matrix,  // 3-D [experts, out, in] MoE weights: each [out, in] slice a matrix (WIP: even
+                  // shards along the experts until expert-range owners exist)
 };
 
 const char* to_string(ParamKind kind);

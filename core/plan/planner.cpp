@@ -141,6 +141,7 @@ Role role_of(const ParamSpec& p, const PlannerOptions& options) {
     case ParamKind::embedding:
     case ParamKind::head: return Role::even_shard;
     case ParamKind::other: return Role::even_shard;  // tail; TailPolicy::owner turns it into owned_tail
+    case ParamKind::expert_matrix: return Role::even_shard;  // WIP: rows are experts; expert-range owners to come
   }
   TORCH_INTERNAL_ASSERT(false, "unknown ParamKind");
 }

@@ -23,14 +23,26 @@ struct TransformerConfig {
   bool qkv_bias = false;  // Qwen2-style biases on q, k, v
   c10::ScalarType dtype = c10::kFloat;
   bool tie_embeddings = false;  // the head reuses embed.weight (no head.weight)
+  // Attention: head_dim (0: hidden / heads) and Qwen3's per-head RMSNorm of q and k.
+  int64_t head_dim_override = 0;
+  bool qk_norm = false;
+  // Multi-head latent attention (DeepSeek-V3), used when kv_lora_rank > 0: q through a rank
+  // q_lora_rank bottleneck, k/v through kv_lora_rank plus a shared rope key.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  // Mixture of experts, used when experts > 0: every block after the first `first_dense` has a
+  // router [experts, hidden] (plus a score-correction bias when router_bias) and expert weights
+  // stored 3-D [experts, out, in] (gate, up, down) of width moe_intermediate; shared_experts
+  // always-on experts of that width as one dense SwiGLU MLP.
+  int64_t experts = 0, top_k = 0, shared_experts = 0, moe_intermediate = 0, first_dense = 0;
+  bool router_bias = false;
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : hidden / heads; }
 };
 
 ModelSpec transformer_spec(const TransformerConfig& config);
 
 // Names accepted by preset(): tiny, bench32, llama3-8b, qwen2.5-32b, llama3-70b (with aliases
-// 8b, 32b, 70b).
+// 8b, 32b, 70b), and the MoE presets mixtral-8x7b, qwen3-30b-a3b, deepseek-v3 (planning only).
 std::vector<std::string> preset_names();
 bool is_preset(const std::string& name);
 TransformerConfig preset_config(const std::string& name);  // throws listing the known names
