@@ -1,6 +1,7 @@
 // `mfsdp plan`: owner placement, per-rank memory and work, and the four-placement comparison for a
 // preset or a JSON spec, without allocating a single weight.
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "core/util/errors.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/planner.h"
@@ -35,6 +36,7 @@ struct PlanArgs {
   // and state, and compute copies in the param dtype.
   std::string param_dtype, reduce_dtype, output_dtype;
   bool tie_embeddings = false;
+  MoeArgs moe;
   int replicas = 1;  // HSDP: -w counts all R x S ranks; the plan is made for S
   StepMode step_mode = StepMode::replicated;
   std::string assign_file;
@@ -60,10 +62,14 @@ ModelSpec load_model(const PlanArgs& a) {
     TransformerConfig c = preset_config(a.model);
     c.dtype = policy ? c10::kFloat : c.dtype;
     c.tie_embeddings = a.tie_embeddings;
+    PlannerOptions unused;
+    apply_moe(a.moe, c, unused);
     return transformer_spec(c);
   }
   if (a.tie_embeddings)
     throw UsageError("plan: --tie-embeddings applies to presets; a JSON spec ties a parameter with \"also_used_by\"");
+  if (a.moe.any())
+    throw UsageError("plan: --experts applies to presets; a JSON spec lists expert tensors with kind \"expert_matrix\"");
   if (a.model.find('/') == std::string::npos && a.model.find(".json") == std::string::npos) {
     preset_config(a.model);  // throws: unknown preset, listing the known ones
   }
@@ -87,6 +93,7 @@ PrecisionPolicy plan_precision(const PlanArgs& a, const ModelSpec& spec) {
 
 PlannerOptions planner_options(const PlanArgs& a) {
   PlannerOptions o;
+  o.expert_ranges = a.moe.expert_ranges;
   o.planner = planner_kind_from_string(a.planner);
   o.tail_policy = tail_policy_from_string(a.tail_policy);
   o.optimizer = optimizer_kind_from_string(a.optimizer);
@@ -169,8 +176,14 @@ int run_plan(const PlanArgs& a) {
     throw UsageError(e.what_without_backtrace());
   }
   const PlanUsage usage = plan_usage(*plan, mem);
-  int owned = 0;
-  for (const auto& s : plan->shards()) owned += s.role == Role::owned_matrix;
+  int owned = 0, expert_tensors = 0, expert_ranges = 0;
+  int64_t experts = 0;
+  for (const auto& s : plan->shards()) {
+    owned += s.role == Role::owned_matrix;
+    if (s.role != Role::expert_range) continue;
+    ++expert_tensors, experts += s.shape[0];
+    expert_ranges += static_cast<int>(s.slices.size());
+  }
 
   nlohmann::ordered_json recommend;
   if (a.recommend) {
@@ -201,6 +214,15 @@ int run_plan(const PlanArgs& a) {
     j["plan_hash"] = plan->hash_hex();
     j["params"] = spec.numel();
     j["owned_matrices"] = owned;
+    if (expert_tensors > 0) {
+      nlohmann::ordered_json ranges = nlohmann::ordered_json::object();
+      for (const auto& s : plan->shards()) {
+        if (s.role != Role::expert_range) continue;
+        for (const ShardSlice& sl : s.slices)
+          ranges[s.name].push_back({{"rank", sl.rank}, {"first_expert", sl.row_begin}, {"experts", sl.rows}});
+      }
+      j["expert_ranges"] = ranges;
+    }
     j["units"] = plan->units().size();
     j["plan_seconds"] = plan_seconds;
     j["usage"] = to_json(usage);
@@ -218,6 +240,22 @@ int run_plan(const PlanArgs& a) {
     std::printf("      HSDP: %d replica groups x %d ranks (the plan is for %d), step mode %s%s\n", a.replicas,
                 a.world_size / a.replicas, a.world_size / a.replicas, to_string(a.step_mode),
                 a.step_mode == StepMode::dedup ? ": each shard stepped by one replica, state there only" : ": every replica steps");
+  if (expert_tensors > 0) {
+    std::printf("      experts: %d expert tensors (%lld expert matrices) cut into %d expert ranges, each whole on one rank\n",
+                expert_tensors, static_cast<long long>(experts), expert_ranges);
+    int listed = 0;
+    for (const auto& s : plan->shards()) {
+      if (s.role != Role::expert_range || listed++ >= 3) continue;  // the first few; --json lists all
+      std::string where;
+      for (size_t k = 0; k < s.slices.size() && k < 4; ++k) {
+        const ShardSlice& sl = s.slices[k];
+        where += " [" + std::to_string(sl.row_begin) + "," + std::to_string(sl.row_begin + sl.rows) + ")@r" + std::to_string(sl.rank);
+      }
+      if (s.slices.size() > 4) where += " ... (" + std::to_string(s.slices.size()) + " ranges)";
+      std::printf("        %s:%s\n", s.name.c_str(), where.c_str());
+    }
+    if (listed > 3) std::printf("        ... %d more (--json lists every range)\n", listed - 3);
+  }
   for (const UnitLayout& u : plan->units())
     for (int b : u.borrowed)
       std::printf("      tied: '%s' (unit %s) is also used by unit %s: its unit stays gathered until its backward\n",
@@ -288,6 +326,7 @@ void add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer)");
   cmd->add_flag("--tie-embeddings", a->tie_embeddings, "A preset with its output head tied to the token embedding");
+  add_moe_options(cmd, a->moe);
   cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups; -w counts all ranks, the plan is for W/R")
       ->check(CLI::Range(1, 4096));
   add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");

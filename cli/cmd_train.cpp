@@ -1,6 +1,7 @@
 // `mfsdp train`: an owner-shaped training run on the embedded default data, with per-step loss,
 // time breakdown, bytes per phase and resident memory; JSON-lines metrics for machines.
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "core/dist/launch_env.h"
 #include "core/dist/mesh.h"
 #include "core/util/errors.h"
@@ -63,6 +64,7 @@ struct TrainArgs {
   NonFinitePolicy on_non_finite = NonFinitePolicy::fail;
   int layers = 2, hidden = 64, heads = 4, intermediate = 128;
   bool tie_embeddings = false;
+  MoeArgs moe;
   std::vector<int> kill_at;  // hidden: RANK STEP
   std::vector<int> kill_in_checkpoint;  // hidden: RANK STEP
   std::string checkpoint_dir;
@@ -87,6 +89,7 @@ TrainConfig make_config(const TrainArgs& a) {
   c.model.intermediate = a.intermediate;
   c.model.dtype = c10::kFloat;
   c.model.tie_embeddings = a.tie_embeddings;
+  apply_moe(a.moe, c.model, c.planner);
   c.planner.planner = planner_kind_from_string(a.planner);
   TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "train: --planner explicit is for mfsdp plan and tests");
   c.planner.tail_policy = tail_policy_from_string(a.tail_policy);
@@ -361,6 +364,7 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--output-dtype", a->output_dtype, "fp32 | bf16: cast each unit's output to it (default: as computed)");
   cmd->add_flag("--tie-embeddings", a->tie_embeddings,
                 "The output head reuses the token embedding (one parameter, both uses' gradients summed)");
+  add_moe_options(cmd, a->moe);
   cmd->add_flag("--prefetch", a->prefetch, "Overlap: unshard the next unit (revive the previous one in backward) while this one computes");
   cmd->add_option("--device", a->device, "cpu | cuda (rank r on GPU r mod count)")->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--backend", a->backend, "gloo (CPU or CUDA tensors) | nccl (CUDA, one GPU per rank)")

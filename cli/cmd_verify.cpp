@@ -1,6 +1,7 @@
 // `mfsdp verify`: the owner-shaped runtime and the DDP full-matrix oracle side by side on the
 // embedded default, compared bit for bit after every step; exit code 1 when they differ.
 #include "cli/commands.h"
+#include "cli/model_options.h"
 #include "core/dist/mesh.h"
 #include "core/dist/launch_env.h"
 #include "core/dist/rank_agreement.h"
@@ -35,6 +36,7 @@ struct VerifyArgs {
   int replicas = 1;
   StepMode step_mode = StepMode::replicated;
   bool tie_embeddings = false;
+  MoeArgs moe;
 };
 
 int run_verify(const VerifyArgs& a) {
@@ -54,6 +56,7 @@ int run_verify(const VerifyArgs& a) {
     mesh_shape(launched ? launched->world_size : a.world_size, a.replicas);  // throws unless R divides W
     config.runtime.replicas = a.replicas;  // the oracle averages in the same mesh order
     config.model.tie_embeddings = a.tie_embeddings;
+    apply_moe(a.moe, config.model, config.planner);
     config.runtime.step_mode = a.step_mode;
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
@@ -173,6 +176,7 @@ void add_verify_command(CLI::App& app, Action& run) {
   cmd->add_option("--timeout-s", a->timeout_s, "Seconds before a collective fails")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a->groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
   cmd->add_flag("--tie-embeddings", a->tie_embeddings, "The output head reuses the token embedding, as train");
+  add_moe_options(cmd, a->moe);
   cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W/R ranks, as train")->check(CLI::Range(1, 64));
   add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");
   cmd->add_option("--param-dtype", a->param_dtype, "fp32 | bf16: compute copies over fp32 masters, as train (oracle and runtime alike)");

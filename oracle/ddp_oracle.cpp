@@ -21,7 +21,7 @@ DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const Op
   for (const ParamSpec& p : model.spec().params) {
     order_.push_back(p.name);
     params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
-    optimizers_.emplace(p.name, make_optimizer(options, p.name, p.kind == ParamKind::hidden_matrix, p.shape));
+    optimizers_.emplace(p.name, make_optimizer(options, p.name, matrix_kind(p.kind), p.shape));
   }
 }
 

@@ -25,7 +25,7 @@ class Zero1Runner final : public PlacementRunner {
     for (const ParamSpec& p : model.spec().params) {
       params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
       if (plan_.shard(p.name).owner != comm_.rank()) continue;
-      optimizers_.emplace(p.name, make_optimizer(config.runtime, p.name, p.kind == ParamKind::hidden_matrix, p.shape));
+      optimizers_.emplace(p.name, make_optimizer(config.runtime, p.name, matrix_kind(p.kind), p.shape));
     }
   }
 

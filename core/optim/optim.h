@@ -48,6 +48,9 @@ std::unique_ptr<TensorOptimizer> make_muon(const MuonOptions& options, std::vect
 std::unique_ptr<TensorOptimizer> make_adamw(const AdamWOptions& options);
 std::unique_ptr<TensorOptimizer> make_shampoo(const ShampooOptions& options, std::vector<int64_t> shape);
 std::unique_ptr<TensorOptimizer> make_soap(const SoapOptions& options, std::vector<int64_t> shape);
+// Experts: a 3-D tensor [n, out, in] stepped as n matrices, slice e by slices[e] (each made for
+// shape [out, in]); state() stacks each entry over the slices, scalars are slice 0's (all equal).
+std::unique_ptr<TensorOptimizer> make_per_slice(std::vector<std::unique_ptr<TensorOptimizer>> slices);
 
 // Checks hyperparameters (finite, in range), naming the optimizer and the field; throws.
 void validate(const MuonOptions& o);

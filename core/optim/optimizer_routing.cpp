@@ -61,14 +61,20 @@ void check_groups(const OptimizerOptions& options, const std::vector<std::string
 std::unique_ptr<TensorOptimizer> make_optimizer(const OptimizerOptions& all, const std::string& name, bool hidden_matrix,
                                                 const std::vector<int64_t>& shape) {
   const OptimizerOptions options = options_for(all, name);
-  if (!hidden_matrix) return make_adamw(options.adamw);
-  switch (options.optimizer) {
-    case OptimizerKind::muon: return make_muon(options.muon, shape);
-    case OptimizerKind::shampoo: return make_shampoo(options.shampoo, shape);
-    case OptimizerKind::soap: return make_soap(options.soap, shape);
-    case OptimizerKind::adamw: return make_adamw(options.adamw);
-  }
-  TORCH_INTERNAL_ASSERT(false, "unknown OptimizerKind");
+  if (!hidden_matrix || options.optimizer == OptimizerKind::adamw) return make_adamw(options.adamw);
+  auto matrix = [&](const std::vector<int64_t>& m) -> std::unique_ptr<TensorOptimizer> {
+    switch (options.optimizer) {
+      case OptimizerKind::muon: return make_muon(options.muon, m);
+      case OptimizerKind::shampoo: return make_shampoo(options.shampoo, m);
+      case OptimizerKind::soap: return make_soap(options.soap, m);
+      case OptimizerKind::adamw: break;
+    }
+    TORCH_INTERNAL_ASSERT(false, "unknown OptimizerKind");
+  };
+  if (shape.size() != 3) return matrix(shape);
+  std::vector<std::unique_ptr<TensorOptimizer>> slices;  // experts: one matrix optimizer per slice
+  for (int64_t e = 0; e < shape[0]; ++e) slices.push_back(matrix({shape[1], shape[2]}));
+  return make_per_slice(std::move(slices));
 }
 
 }  // namespace mfsdp

@@ -23,6 +23,8 @@ void check_groups(const OptimizerOptions& options, const std::vector<std::string
 
 // The optimizer of parameter `name` (one whole tensor): the matrix optimizer for a hidden matrix,
 // AdamW for everything else (1-D tails, embeddings, the head, even slices); groups applied.
+// With `hidden_matrix` and a 3-D `shape` [n, out, in] (the experts this tensor stores), the matrix
+// optimizer of each [out, in] slice (make_per_slice).
 std::unique_ptr<TensorOptimizer> make_optimizer(const OptimizerOptions& options, const std::string& name,
                                                 bool hidden_matrix, const std::vector<int64_t>& shape);
 

@@ -44,8 +44,13 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
     const MatrixShard& s = plan.shards()[i];
     const int64_t e = elem(s.dtype);
     const bool matrix = s.role == Role::owned_matrix;
-    const OptimizerKind opt = matrix ? o.optimizer : OptimizerKind::adamw;
-    const int64_t state = optimizer_state_elements(opt, s.shape, o.cost) * e;
+    // Experts (any role): each rank steps the whole experts it stores, one matrix per expert.
+    const bool experts = s.kind == ParamKind::expert_matrix && o.optimizer != OptimizerKind::adamw;
+    const OptimizerKind opt = matrix || experts ? o.optimizer : OptimizerKind::adamw;
+    const std::vector<int64_t> slice(s.shape.begin() + (experts ? 1 : 0), s.shape.end());
+    const int64_t per_expert_state = experts ? optimizer_state_elements(opt, slice, o.cost) * e : 0;
+    const double per_expert_cost = experts ? optimizer_step_cost(opt, slice[0], slice[1], o.cost) : 0;
+    const int64_t state = experts ? per_expert_state * s.shape[0] : optimizer_state_elements(opt, s.shape, o.cost) * e;
     const double cost = matrix ? optimizer_step_cost(opt, s.shape[0], s.shape[1], o.cost)
                                : optimizer_step_cost(OptimizerKind::adamw, s.numel(), 1, o.cost);
     full_params += s.numel() * e;
@@ -53,8 +58,12 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
     zero3_params += even_chunk_rows(s.shape[0], W) * s.row_numel() * e;
     zero3_state += (state + W - 1) / W;
     if (matrix) largest_matrix = std::max(largest_matrix, s.numel() * e);
-    for (int r = 0; r < R; ++r)
+    if (experts) largest_matrix = std::max(largest_matrix, s.row_numel() * e);
+    for (int r = 0; r < R; ++r) {
       if (s.owned()) (matrix ? usage.ranks[r * W + s.owner].owned_matrices : usage.ranks[r * W + s.owner].owned_tails) += 1;
+      if (experts)
+        for (const ShardSlice& sl : s.slices) usage.ranks[r * W + sl.rank].owned_matrices += static_cast<int>(sl.rows);
+    }
     for (int r : steppers(i)) {
       if (s.owned()) {
         RankUsage& ru = usage.ranks[r * W + s.owner];
@@ -63,8 +72,8 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
       } else {
         for (const ShardSlice& sl : s.slices) {
           RankUsage& ru = usage.ranks[r * W + sl.rank];
-          ru.state_bytes += 2 * sl.rows * s.row_numel() * e;
-          ru.optimizer_cost += static_cast<double>(sl.rows * s.row_numel());
+          ru.state_bytes += experts ? sl.rows * per_expert_state : 2 * sl.rows * s.row_numel() * e;
+          ru.optimizer_cost += experts ? static_cast<double>(sl.rows) * per_expert_cost : static_cast<double>(sl.rows * s.row_numel());
         }
       }
     }

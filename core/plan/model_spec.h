@@ -14,9 +14,11 @@ enum class ParamKind {
   embedding,      // token embedding: even row shards, AdamW
   head,           // output head: even row shards, AdamW
   other,          // 1-D and everything else: the unit's tail, AdamW
-  expert_matrix,  // 3-D [experts, out, in] MoE weights: each [out, in] slice a matrix (WIP: even
-                  // shards along the experts until expert-range owners exist)
+  expert_matrix,  // 3-D [experts, out, in] MoE weights: each [out, in] slice a matrix; cut along
+                  // the experts into contiguous expert ranges, each owned whole by one rank
 };
+// Stepped by the matrix optimizer (an expert tensor slice by slice).
+inline bool matrix_kind(ParamKind kind) { return kind == ParamKind::hidden_matrix || kind == ParamKind::expert_matrix; }
 
 const char* to_string(ParamKind kind);
 ParamKind param_kind_from_string(const std::string& name);  // throws on unknown names

@@ -25,8 +25,10 @@ const ShardSlice* MatrixShard::slice_on(int rank) const {
 
 namespace {
 
-constexpr NameTable<Role, 3> kRoleNames{
-    {{Role::owned_matrix, "owned_matrix"}, {Role::even_shard, "even_shard"}, {Role::owned_tail, "owned_tail"}}};
+constexpr NameTable<Role, 4> kRoleNames{{{Role::owned_matrix, "owned_matrix"},
+                                         {Role::even_shard, "even_shard"},
+                                         {Role::owned_tail, "owned_tail"},
+                                         {Role::expert_range, "expert_range"}}};
 constexpr NameTable<TailPolicy, 2> kTailPolicyNames{{{TailPolicy::even, "even"}, {TailPolicy::owner, "owner"}}};
 constexpr NameTable<PlannerKind, 5> kPlannerNames{{{PlannerKind::round_robin, "round_robin"},
                                                    {PlannerKind::greedy_bytes, "greedy_bytes"},
@@ -172,6 +174,24 @@ void OwnershipPlan::validate() const {
                   sl.row_begin + sl.rows, ") of ", rows);
       TORCH_CHECK(s.role != Role::owned_matrix || s.shape.size() == 2, who, " is an owned matrix but is ",
                   s.shape.size(), "-D");
+    } else if (s.role == Role::expert_range) {
+      TORCH_CHECK(s.kind == ParamKind::expert_matrix && s.shape.size() == 3, who,
+                  " is cut into expert ranges but is not a 3-D expert tensor");
+      TORCH_CHECK(s.owner == -1, who, " is cut into expert ranges but names owner ", s.owner);
+      TORCH_CHECK(!s.slices.empty() && static_cast<int>(s.slices.size()) <= W, who, " has ", s.slices.size(),
+                  " expert ranges for world size ", W);
+      std::vector<bool> seen(W, false);
+      int64_t next = 0;
+      for (const ShardSlice& sl : s.slices) {
+        TORCH_CHECK(sl.rank >= 0 && sl.rank < W && !seen[sl.rank], who, ": expert range on rank ", sl.rank,
+                    sl.rank >= 0 && sl.rank < W ? " is its second on that rank" : " outside the world");
+        seen[sl.rank] = true;
+        TORCH_CHECK(sl.row_begin == next && sl.rows > 0 && sl.padded_rows == sl.rows, who, ": expert range on rank ",
+                    sl.rank, " holds experts [", sl.row_begin, ", ", sl.row_begin + sl.rows, ") padded to ", sl.padded_rows,
+                    "; ranges must be non-empty, unpadded and contiguous from expert ", next);
+        next += sl.rows;
+      }
+      TORCH_CHECK(next == rows, who, ": expert ranges cover ", next, " of ", rows, " experts");
     } else {
       TORCH_CHECK(s.owner == -1, who, " is even-sharded but names owner ", s.owner);
       TORCH_CHECK(static_cast<int>(s.slices.size()) == W, who, " is even-sharded with ", s.slices.size(),

@@ -27,6 +27,9 @@ enum class Role {
   owned_matrix,  // whole on its owner, empty elsewhere; matrix optimizer
   even_shard,    // even row shards on every rank (embedding, head; tail under TailPolicy::even); AdamW
   owned_tail,    // whole on its unit's tail owner (TailPolicy::owner); AdamW
+  expert_range,  // a 3-D expert tensor cut along dim 0 (the experts) into contiguous ranges, each
+                 // whole on one rank (no padding, one range per rank at most); the matrix
+                 // optimizer steps each expert of a range on its rank
 };
 const char* to_string(Role role);
 Role role_from_string(const std::string& name);  // throws naming the known roles
@@ -38,7 +41,8 @@ enum class TailPolicy {
 const char* to_string(TailPolicy policy);
 TailPolicy tail_policy_from_string(const std::string& name);
 
-// Where one rank stores part (or all) of a parameter.
+// Where one rank stores part (or all) of a parameter. Each segment holds first its even slices
+// (the even prefix, the same size on every rank), then its whole parameters and expert ranges.
 struct ShardSlice {
   int rank = 0;
   int64_t offset = 0;       // element offset in the unit's flat buffer
@@ -53,13 +57,15 @@ struct MatrixShard {
   c10::ScalarType dtype = c10::kFloat;
   ParamKind kind = ParamKind::other;
   Role role = Role::even_shard;
-  int owner = -1;  // the owning rank for owned roles, -1 for even shards
+  int owner = -1;  // the owning rank for owned roles, -1 for even shards and expert ranges
   int unit = 0;    // index into OwnershipPlan::units()
-  std::vector<ShardSlice> slices;  // owned: one, on the owner; even: one per rank, in rank order
+  // owned: one, on the owner; even: one per rank, in rank order; expert ranges: one per range, in
+  // expert order (row_begin is the first expert, rows the experts), on distinct ranks
+  std::vector<ShardSlice> slices;
 
   int64_t numel() const;
   int64_t row_numel() const;  // elements per row (1 for 1-D)
-  bool owned() const { return role != Role::even_shard; }
+  bool owned() const { return role == Role::owned_matrix || role == Role::owned_tail; }  // whole on one rank
   // This parameter's slice on `rank`: the owner's for owned roles, every rank's for even shards
   // (possibly 0 rows); nullptr where the rank stores none.
   const ShardSlice* slice_on(int rank) const;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 
 namespace mfsdp {
 namespace {
@@ -133,6 +134,8 @@ Role role_of(const ParamSpec& p, const PlannerOptions& options) {
     if (fnmatch(rule.pattern.c_str(), p.name.c_str(), 0) == 0) {
       TORCH_CHECK(rule.role != Role::owned_matrix || p.shape.size() == 2, "planner: rule '", rule.pattern,
                   "' makes '", p.name, "' an owned matrix but it is ", p.shape.size(), "-D");
+      TORCH_CHECK(rule.role != Role::expert_range || p.kind == ParamKind::expert_matrix, "planner: rule '",
+                  rule.pattern, "' cuts '", p.name, "' into expert ranges but it is not an expert tensor");
       return rule.role;
     }
   }
@@ -141,7 +144,7 @@ Role role_of(const ParamSpec& p, const PlannerOptions& options) {
     case ParamKind::embedding:
     case ParamKind::head: return Role::even_shard;
     case ParamKind::other: return Role::even_shard;  // tail; TailPolicy::owner turns it into owned_tail
-    case ParamKind::expert_matrix: return Role::even_shard;  // WIP: rows are experts; expert-range owners to come
+    case ParamKind::expert_matrix: return Role::expert_range;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown ParamKind");
 }
@@ -242,6 +245,9 @@ std::vector<int> dedup_step_replicas(const OwnershipPlan& plan, int replicas, Op
                                                           : optimizer_step_cost(kind, s.shape[0], s.shape[1], cost);
     } else if (s.owned()) {
       per_rank[i][s.owner] = static_cast<double>(s.numel());
+    } else if (s.kind == ParamKind::expert_matrix && optimizer != OptimizerKind::adamw) {
+      for (const ShardSlice& sl : s.slices)
+        per_rank[i][sl.rank] += static_cast<double>(sl.rows) * optimizer_step_cost(optimizer, s.shape[1], s.shape[2], cost);
     } else {
       for (const ShardSlice& sl : s.slices) per_rank[i][sl.rank] += static_cast<double>(sl.rows * s.row_numel());
     }
@@ -267,13 +273,66 @@ std::vector<int> dedup_step_replicas(const OwnershipPlan& plan, int replicas, Op
   return chosen;
 }
 
+std::vector<ExpertRange> expert_ranges(const ParamSpec& p, int W, const PlannerOptions& options,
+                                       std::vector<double>& cost_load, std::vector<double>& bytes_load) {
+  TORCH_CHECK(p.shape.size() == 3, "planner: expert tensor '", p.name, "' is not 3-D");
+  TORCH_CHECK(options.expert_ranges >= 0, "planner: expert ranges must be >= 0 (0: one per rank), got ",
+              options.expert_ranges);
+  const int64_t E = p.shape[0];
+  const int n = static_cast<int>(std::min<int64_t>(E, options.expert_ranges > 0 ? std::min(options.expert_ranges, W) : W));
+  const OptimizerKind opt = options.optimizer;
+  const std::vector<int64_t> slice{p.shape[1], p.shape[2]};
+  const double elem = static_cast<double>(c10::elementSize(p.dtype));
+  const double expert_cost = opt == OptimizerKind::adamw
+                                 ? optimizer_step_cost(opt, p.shape[1] * p.shape[2], 1, options.cost)
+                                 : optimizer_step_cost(opt, slice[0], slice[1], options.cost);
+  const double expert_bytes = elem * (2.0 * slice[0] * slice[1] + optimizer_state_elements(opt, slice, options.cost));
+  std::vector<ExpertRange> ranges;
+  int64_t begin = 0;
+  for (int k = 0; k < n; ++k) {
+    const int64_t rows = E / n + (k < E % n ? 1 : 0);
+    ranges.push_back({0, begin, rows});
+    begin += rows;
+  }
+  // Each rotation scored by (largest cost, sum of squared costs, largest bytes), smallest first:
+  // the squares break the ties of the maximum towards the rotation that evens the ranks out.
+  int best = 0;
+  std::tuple<double, double, double> best_score;
+  for (int o = 0; o < W; ++o) {
+    std::vector<double> c = cost_load, b = bytes_load;
+    for (int k = 0; k < n; ++k) {
+      c[(o + k) % W] += expert_cost * static_cast<double>(ranges[k].experts);
+      b[(o + k) % W] += expert_bytes * static_cast<double>(ranges[k].experts);
+    }
+    double squares = 0;
+    for (double x : c) squares += x * x;
+    const std::tuple<double, double, double> score{*std::max_element(c.begin(), c.end()), squares,
+                                                   *std::max_element(b.begin(), b.end())};
+    if (o == 0 || score < best_score) best = o, best_score = score;
+  }
+  for (int k = 0; k < n; ++k) {
+    ranges[k].rank = (best + k) % W;
+    cost_load[ranges[k].rank] += expert_cost * static_cast<double>(ranges[k].experts);
+    bytes_load[ranges[k].rank] += expert_bytes * static_cast<double>(ranges[k].experts);
+  }
+  return ranges;
+}
+
 OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& options) {
   TORCH_CHECK(W >= 1, "planner: world size must be >= 1, got ", W);
   std::vector<PlanItem> items = plan_items(spec, options);  // validates the spec
   std::vector<int> item_owner = assign_owners(items, W, options);
   std::vector<int> param_owner(spec.params.size(), -1);
-  for (size_t i = 0; i < items.size(); ++i)
+  std::vector<double> cost_load(W, 0.0), bytes_load(W, 0.0);
+  for (size_t i = 0; i < items.size(); ++i) {
     for (int p : items[i].params) param_owner[p] = item_owner[i];
+    cost_load[item_owner[i]] += items[i].cost;
+    bytes_load[item_owner[i]] += items[i].bytes;
+  }
+  std::vector<std::vector<ExpertRange>> ranges(spec.params.size());
+  for (size_t i = 0; i < spec.params.size(); ++i)
+    if (effective_role(spec.params[i], options) == Role::expert_range)
+      ranges[i] = expert_ranges(spec.params[i], W, options, cost_load, bytes_load);
 
   const std::vector<std::string> unit_names = spec.unit_names();
   std::vector<MatrixShard> shards(spec.params.size());
@@ -292,6 +351,7 @@ OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& opti
     units[s.unit].dtype = p.dtype;
     units[s.unit].shards.push_back(static_cast<int>(i));
     if (s.role == Role::owned_tail) units[s.unit].tail_owner = s.owner;
+    for (const ExpertRange& x : ranges[i]) s.slices.push_back({x.rank, 0, x.first_expert, x.experts, x.experts});
   }
   for (size_t i = 0; i < spec.params.size(); ++i)
     for (const std::string& u : spec.params[i].also_used_by)
@@ -304,7 +364,7 @@ OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& opti
       const int64_t start = cursor;
       for (int si : u.shards) {
         MatrixShard& s = shards[si];
-        if (s.owned()) continue;
+        if (s.role != Role::even_shard) continue;
         const int64_t chunk = even_chunk_rows(s.shape[0], W);
         const auto [begin, end] = even_rows(s.shape[0], W, r);
         cursor = align_up(cursor, align);
@@ -313,10 +373,17 @@ OwnershipPlan make_plan(const ModelSpec& spec, int W, const PlannerOptions& opti
       }
       for (int si : u.shards) {
         MatrixShard& s = shards[si];
-        if (!s.owned() || s.owner != r) continue;
-        cursor = align_up(cursor, align);
-        s.slices.push_back({r, cursor, 0, s.shape[0], s.shape[0]});
-        cursor += s.numel();
+        if (s.owned() && s.owner == r) {
+          cursor = align_up(cursor, align);
+          s.slices.push_back({r, cursor, 0, s.shape[0], s.shape[0]});
+          cursor += s.numel();
+        }
+        for (ShardSlice& sl : s.slices) {  // expert ranges: the one on this rank, if any
+          if (s.role != Role::expert_range || sl.rank != r) continue;
+          cursor = align_up(cursor, align);
+          sl.offset = cursor;
+          cursor += sl.rows * s.row_numel();
+        }
       }
       cursor = align_up(cursor, align);
       u.segments.push_back({start, cursor - start});

@@ -28,6 +28,9 @@ struct PlannerOptions {
   // PlannerKind::explicit_assignment: owner rank per owned parameter name, and per unit tail
   // under TailPolicy::owner as "<unit>/tail". Every owned item must be listed.
   std::map<std::string, int> explicit_owners;
+  // Expert tensors (Role::expert_range): how many contiguous ranges each is cut into, at most
+  // min(experts, W); 0 for that maximum (one range per rank while experts last).
+  int expert_ranges = 0;
 };
 
 // Default policy: hidden matrices owned (matrix optimizer); embeddings and heads even row shards
@@ -46,6 +49,21 @@ std::vector<PlanItem> plan_items(const ModelSpec& spec, const PlannerOptions& op
 
 // The owner of each item (same order as `items`). Ties break by item key, then lowest rank.
 std::vector<int> assign_owners(const std::vector<PlanItem>& items, int world_size, const PlannerOptions& options);
+
+// One expert range of a 3-D expert tensor: experts [first_expert, first_expert + experts) on `rank`.
+struct ExpertRange {
+  int rank = 0;
+  int64_t first_expert = 0;
+  int64_t experts = 0;
+};
+// The ranges of expert tensor `param`, placed after every plan item has its owner (make_plan calls
+// it tensor by tensor in spec order, with every planner): the E experts cut into
+// n = min(E, W, options.expert_ranges or W) contiguous ranges, the first E % n one expert longer;
+// range k goes to rank (o + k) % W for the rotation o that leaves the largest per-rank optimizer
+// cost smallest, then the largest resident bytes, then the lowest o. Adds the ranges' cost and bytes
+// to the loads.
+std::vector<ExpertRange> expert_ranges(const ParamSpec& param, int world_size, const PlannerOptions& options,
+                                       std::vector<double>& cost_load, std::vector<double>& bytes_load);
 
 OwnershipPlan make_plan(const ModelSpec& spec, int world_size, const PlannerOptions& options);
 

@@ -128,7 +128,10 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
                 comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
                 "' whole on one rank, but the plan keeps it in even shards (reconstruct and alltoall placements run Muon "
                 "or AdamW only)");
-    optimizers_[i] = make_optimizer(options_, s.name, hidden && s.role == Role::owned_matrix, s.shape);
+    // Experts: every rank storing some of an expert tensor stores whole experts and steps them.
+    const bool experts = s.kind == ParamKind::expert_matrix;
+    optimizers_[i] = make_optimizer(options_, s.name, (hidden && s.role == Role::owned_matrix) || experts,
+                                    experts ? local.sizes().vec() : s.shape);
   }
 }
 
@@ -355,7 +358,9 @@ StepReport OwnerRuntime::step() {
     Unit& unit = *units_[plan_.shards()[i].unit];
     at::Tensor param = unit.local_param(static_cast<int>(i));
     optimizers_[i]->step(param, unit.local_grad(static_cast<int>(i)));
-    if (plan_.shards()[i].kind == ParamKind::hidden_matrix && plan_.shards()[i].role == Role::owned_matrix) ++matrix_steps_;
+    const MatrixShard& s = plan_.shards()[i];
+    if (s.kind == ParamKind::hidden_matrix && s.role == Role::owned_matrix) ++matrix_steps_;
+    if (s.kind == ParamKind::expert_matrix && options_.optimizer != OptimizerKind::adamw) matrix_steps_ += param.size(0);
   }
   if (!even_matrices.empty()) {
     even_matrix_step().step(*this, even_matrices);

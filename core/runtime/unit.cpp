@@ -63,7 +63,7 @@ Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::De
     int64_t prefix = 0;
     for (int s : layout_.shards) {
       const MatrixShard& shard = plan.shards()[s];
-      if (shard.owned()) continue;
+      if (shard.role != Role::even_shard) continue;  // whole parameters and expert ranges follow the prefix
       const ShardSlice& sl = shard.slices[r];
       prefix = std::max(prefix, sl.offset + sl.padded_rows * shard.row_numel() - layout_.segments[r].offset);
     }

@@ -3,6 +3,9 @@
 #include "core/dist/determinism.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/argsort.h>
+#include <ATen/ops/bincount.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
@@ -11,6 +14,7 @@
 #include <ATen/ops/ones.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
+#include <ATen/ops/sort.h>
 #include <ATen/ops/triu.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
@@ -46,7 +50,63 @@ at::Tensor attention_softmax(const at::Tensor& scores, c10::ScalarType dtype) {
 }
 
 TransformerModel::TransformerModel(TransformerConfig config, std::optional<c10::ScalarType> output_dtype)
-    : config_(std::move(config)), spec_(transformer_spec(config_)), output_dtype_(output_dtype) {}
+    : config_(std::move(config)), spec_(transformer_spec(config_)), output_dtype_(output_dtype) {
+  const TransformerConfig& c = config_;
+  TORCH_CHECK(c.kv_lora_rank == 0 && !c.qk_norm && c.head_dim_override == 0 && !c.router_bias, "model ", c.name,
+              ": multi-head latent attention, q/k norms, a head_dim override and router correction biases are "
+              "planned (mfsdp plan) but not trained; the trainable model has plain multi-head attention");
+  if (c.experts > 0) {
+    TORCH_CHECK(c.top_k >= 1 && c.top_k <= c.experts, "model ", c.name, ": --top-k ", c.top_k, " must be in [1, ",
+                c.experts, "] (the number of experts)");
+    TORCH_CHECK(c.moe_intermediate > 0, "model ", c.name, ": experts need a positive expert width, got ", c.moe_intermediate);
+    TORCH_CHECK(c.first_dense >= 0 && c.shared_experts >= 0, "model ", c.name,
+                ": --first-dense and --shared-experts must be >= 0");
+  }
+}
+
+// The router and the routed experts of one block (docs/moe.md), on h [B, S, H]:
+//  - scores: float32 softmax of the router logits over the experts;
+//  - choice: the top_k scores of each token by a stable descending sort, so equal scores go to
+//    the lower expert; their weights renormalised to sum to 1 (in float32, cast to the compute dtype);
+//  - dispatch: the T * top_k (token, slot) pairs stably sorted by expert, so each expert reads its
+//    tokens as one contiguous block in token order; each expert's SwiGLU on its block;
+//  - combine: the outputs put back in (token, slot) order by gathering with the inverse
+//    permutation, weighted and summed over the slots in slot order.
+// Only gathers move tokens; in backward their scatters write every element once, and the
+// top_k copies of a token meet in the sum over slots, so nothing is accumulated by atomics.
+at::Tensor TransformerModel::experts(const std::string& pre, const at::Tensor& h, const ParamMap& p) const {
+  const int64_t B = h.size(0), S = h.size(1), H = h.size(2), T = B * S, E = config_.experts, K = config_.top_k;
+  const at::Tensor x = h.reshape({T, H});
+  const at::Tensor probs = at::softmax(at::linear(x, get(p, pre + "moe.router.weight")).to(at::kFloat), -1);
+  const auto [sorted, by_score] = at::sort(probs, /*stable=*/true, /*dim=*/-1, /*descending=*/true);
+  at::Tensor weights = sorted.narrow(-1, 0, K);
+  weights = (weights / weights.sum({-1}, /*keepdim=*/true)).to(h.scalar_type());
+  const at::Tensor chosen = by_score.narrow(-1, 0, K).reshape({-1});  // [T * K], (token, slot) order
+  const at::Tensor order = std::get<1>(at::sort(chosen, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const at::Tensor counts = at::bincount(chosen.to(at::kCPU), {}, E);
+  const at::Tensor tokens = x.unsqueeze(1).expand({T, K, H}).reshape({T * K, H}).index_select(0, order);
+  const at::Tensor& gate = get(p, pre + "moe.experts.gate");
+  const at::Tensor& up = get(p, pre + "moe.experts.up");
+  const at::Tensor& down = get(p, pre + "moe.experts.down");
+  const int64_t* count = counts.data_ptr<int64_t>();
+  std::vector<at::Tensor> outputs;
+  int64_t begin = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    const at::Tensor t = tokens.narrow(0, begin, n);
+    outputs.push_back(at::linear(at::silu(at::linear(t, gate.select(0, e))) * at::linear(t, up.select(0, e)), down.select(0, e)));
+    begin += n;
+  }
+  const at::Tensor inverse = at::argsort(order, /*stable=*/true, 0, /*descending=*/false);
+  at::Tensor out = (at::cat(outputs).index_select(0, inverse).view({T, K, H}) * weights.unsqueeze(-1)).sum({1});
+  if (config_.shared_experts > 0) {
+    out = out + at::linear(at::silu(at::linear(x, get(p, pre + "moe.shared.gate.weight"))) *
+                               at::linear(x, get(p, pre + "moe.shared.up.weight")),
+                           get(p, pre + "moe.shared.down.weight"));
+  }
+  return out.view({B, S, H});
+}
 
 ParamMap TransformerModel::init(uint64_t seed, at::Device device) const {
   at::Generator gen = make_shared_generator(seed);
@@ -87,6 +147,7 @@ at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& input, const
   at::Tensor attn = at::matmul(probs, v).transpose(1, 2).reshape({B, S, H});
   at::Tensor y = x + at::linear(attn, get(p, pre + "attn.o.weight"));
   h = rms_norm(y, get(p, pre + "mlp_norm.weight"));
+  if (config_.experts > 0 && layer >= config_.first_dense) return y + experts(pre, h, p);
   at::Tensor mlp = at::linear(at::silu(at::linear(h, get(p, pre + "mlp.gate.weight"))) * at::linear(h, get(p, pre + "mlp.up.weight")),
                               get(p, pre + "mlp.down.weight"));
   return y + mlp;

@@ -1,7 +1,9 @@
 // A small decoder-only transformer written functionally on ATen ops, unit by unit, so the same
 // code runs on full parameters (oracle, reference) and on the runtime's gathered views.
 // Layout and names as presets.h: "embed" | "layers.<i>" (RMSNorm, causal self-attention with
-// separate q/k/v/o, RMSNorm, SwiGLU MLP) | "head" (final RMSNorm, untied output head).
+// separate q/k/v/o, RMSNorm, SwiGLU MLP or, with experts, a router and routed SwiGLU experts
+// stored 3-D [E, out, in] plus optional shared experts) | "head" (final RMSNorm, output head,
+// untied unless tie_embeddings).
 #pragma once
 
 #include "core/plan/presets.h"
@@ -50,6 +52,7 @@ class TransformerModel {
 
  private:
   at::Tensor block(int64_t layer, const at::Tensor& x, const ParamMap& p) const;
+  at::Tensor experts(const std::string& prefix, const at::Tensor& h, const ParamMap& p) const;
   TransformerConfig config_;
   ModelSpec spec_;
   std::optional<c10::ScalarType> output_dtype_;
