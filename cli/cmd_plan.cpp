@@ -326,7 +326,7 @@ void add_plan_command(CLI::App& app, Action& run) {
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
   cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw (matrix optimizer)");
   cmd->add_flag("--tie-embeddings", a->tie_embeddings, "A preset with its output head tied to the token embedding");
-  add_moe_options(cmd, a->moe);
+  add_moe_options(cmd, a->moe, /*optimizer_flags=*/false);
   cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups; -w counts all ranks, the plan is for W/R")
       ->check(CLI::Range(1, 4096));
   add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup, as train");

@@ -89,7 +89,7 @@ TrainConfig make_config(const TrainArgs& a) {
   c.model.intermediate = a.intermediate;
   c.model.dtype = c10::kFloat;
   c.model.tie_embeddings = a.tie_embeddings;
-  apply_moe(a.moe, c.model, c.planner);
+  apply_moe(a.moe, c.model, c.planner, &c.runtime);
   c.planner.planner = planner_kind_from_string(a.planner);
   TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "train: --planner explicit is for mfsdp plan and tests");
   c.planner.tail_policy = tail_policy_from_string(a.tail_policy);

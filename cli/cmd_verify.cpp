@@ -56,7 +56,7 @@ int run_verify(const VerifyArgs& a) {
     mesh_shape(launched ? launched->world_size : a.world_size, a.replicas);  // throws unless R divides W
     config.runtime.replicas = a.replicas;  // the oracle averages in the same mesh order
     config.model.tie_embeddings = a.tie_embeddings;
-    apply_moe(a.moe, config.model, config.planner);
+    apply_moe(a.moe, config.model, config.planner, &config.runtime);
     config.runtime.step_mode = a.step_mode;
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());

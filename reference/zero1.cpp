@@ -24,7 +24,7 @@ class Zero1Runner final : public PlacementRunner {
     }
     for (const ParamSpec& p : model.spec().params) {
       params_.emplace(p.name, init.at(p.name).clone().set_requires_grad(true));
-      if (plan_.shard(p.name).owner != comm_.rank()) continue;
+      if (owner_of(p.name) != comm_.rank()) continue;
       optimizers_.emplace(p.name, make_optimizer(config.runtime, p.name, matrix_kind(p.kind), p.shape));
     }
   }
@@ -33,7 +33,13 @@ class Zero1Runner final : public PlacementRunner {
     planner.tail_policy = TailPolicy::owner;
     planner.rules = {{"embed.weight", Role::owned_matrix}, {"head.weight", Role::owned_matrix}};
     if (planner.planner == PlannerKind::explicit_assignment) planner.planner = PlannerKind::balanced;
+    planner.expert_ranges = 1;  // every tensor whole on one owner: an expert tensor is one range
     return planner;
+  }
+
+  int owner_of(const std::string& name) const {
+    const MatrixShard& s = plan_.shard(name);
+    return s.role == Role::expert_range ? s.slices.at(0).rank : s.owner;
   }
 
   Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
@@ -46,7 +52,7 @@ class Zero1Runner final : public PlacementRunner {
       // Reduce to owner: one uneven all-to-all per parameter, only the owner receives.
       PhaseScope phase(comm_, Phase::grad_reduce);
       for (const ParamSpec& p : model_.spec().params) {
-        const int owner = plan_.shard(p.name).owner;
+        const int owner = owner_of(p.name);
         at::Tensor& param = params_.at(p.name);
         at::Tensor g = local.at(p.name).reshape({-1});  // in the reduce dtype
         const int64_t n = g.numel();
@@ -70,7 +76,7 @@ class Zero1Runner final : public PlacementRunner {
       std::vector<c10::intrusive_ptr<c10d::Work>> works;
       for (const ParamSpec& p : model_.spec().params) {
         at::Tensor data = params_.at(p.name).detach();
-        const int owner = plan_.shard(p.name).owner;
+        const int owner = owner_of(p.name);
         if (owner == me) optimizers_.at(p.name)->step(data, owned_grads.at(p.name));
         if (W > 1) works.push_back(comm_.broadcast(data, owner));
       }

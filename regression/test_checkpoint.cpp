@@ -292,16 +292,19 @@ struct HsdpCase {
   StepMode mode;
   c10::ScalarType param_dtype;
   bool tied = false;  // --tie-embeddings
+  bool moe = false;   // --experts 8 --top-k 2: expert tensors cut into ranges that change with every mesh
 };
 
 void PrintTo(const HsdpCase& c, std::ostream* out) {
-  *out << to_string(c.optimizer) << " " << to_string(c.mode) << " " << short_dtype_name(c.param_dtype) << (c.tied ? " tied" : "");
+  *out << to_string(c.optimizer) << " " << to_string(c.mode) << " " << short_dtype_name(c.param_dtype) << (c.tied ? " tied" : "")
+       << (c.moe ? " moe" : "");
 }
 
 std::string hsdp_name(const ::testing::TestParamInfo<HsdpCase>& info) {
   std::string n = std::string(to_string(info.param.optimizer)) + "_" + to_string(info.param.mode);
   if (info.param.param_dtype == c10::kBFloat16) n += "_bf16";
   if (info.param.tied) n += "_tied";
+  if (info.param.moe) n += "_moe";
   return n;
 }
 
@@ -311,6 +314,7 @@ TrainConfig hsdp_config(const HsdpCase& hc, int replicas) {
   c.runtime.replicas = replicas;
   c.runtime.step_mode = hc.mode;
   c.model.tie_embeddings = hc.tied;
+  if (hc.moe) c.model.experts = 8, c.model.top_k = 2, c.model.moe_intermediate = 32;
   return c;
 }
 
@@ -398,6 +402,12 @@ TEST_P(HsdpReshard, ThroughMeshesTwoByFourOneByThreeFourByTwoOneByEightEachLegBi
     const Leg& leg = legs[k];
     const std::string name = "(" + std::to_string(leg.replicas) + "," + std::to_string(leg.shard) + ")";
     TrainConfig c = hsdp_config(hc, leg.replicas);
+    if (hc.moe) {  // another planner and range count every leg: the ranges move between ranks
+      const PlannerKind planners[] = {PlannerKind::balanced, PlannerKind::round_robin, PlannerKind::greedy_cost, PlannerKind::balanced};
+      const int ranges[] = {0, 2, 1, 3};
+      c.planner.planner = planners[k];
+      c.planner.expert_ranges = ranges[k];
+    }
     c.steps = leg.to;
     c.resume_from = from;
     c.record_params = true;
@@ -452,7 +462,13 @@ INSTANTIATE_TEST_SUITE_P(Meshes, HsdpReshard,
                                            HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kFloat, true},
                                            HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat, true},
                                            HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat, true},
-                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kBFloat16, true}),
+                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kBFloat16, true},
+                                           // Experts: ranges of 8 experts re-cut for S = 4, 3, 2, 8 and
+                                           // four planners, per-slice state carried along.
+                                           HsdpCase{OptimizerKind::muon, StepMode::dedup, c10::kFloat, false, true},
+                                           HsdpCase{OptimizerKind::adamw, StepMode::replicated, c10::kFloat, false, true},
+                                           HsdpCase{OptimizerKind::shampoo, StepMode::dedup, c10::kFloat, false, true},
+                                           HsdpCase{OptimizerKind::soap, StepMode::replicated, c10::kFloat, false, true}),
                          hsdp_name);
 
 // ---- Bad input --------------------------------------------------------------------------------

@@ -77,12 +77,14 @@ nlohmann::json optimizers_to_json(const RuntimeOptions& o) {
     if (g.weight_decay) j["weight_decay"] = *g.weight_decay;
     groups.push_back(j);
   }
+  nlohmann::json muon{{"lr", o.muon.lr}, {"weight_decay", o.muon.weight_decay}, {"momentum", o.muon.momentum},
+                      {"nesterov", o.muon.nesterov}, {"ns_coefficients", {o.muon.ns_a, o.muon.ns_b, o.muon.ns_c}},
+                      {"eps", o.muon.eps}, {"ns_steps", o.muon.ns_steps}, {"adjust_lr_fn", to_string(o.muon.adjust_lr)}};
+  if (o.muon.batched_ns) muon["batched_ns"] = true;  // absent otherwise: earlier checkpoints compare equal
   return {
       {"matrix", to_string(o.optimizer)},
       {"other", "adamw"},
-      {"muon", {{"lr", o.muon.lr}, {"weight_decay", o.muon.weight_decay}, {"momentum", o.muon.momentum},
-                {"nesterov", o.muon.nesterov}, {"ns_coefficients", {o.muon.ns_a, o.muon.ns_b, o.muon.ns_c}},
-                {"eps", o.muon.eps}, {"ns_steps", o.muon.ns_steps}, {"adjust_lr_fn", to_string(o.muon.adjust_lr)}}},
+      {"muon", muon},
       {"adamw", {{"lr", o.adamw.lr}, {"betas", {o.adamw.beta1, o.adamw.beta2}}, {"eps", o.adamw.eps},
                  {"weight_decay", o.adamw.weight_decay}}},
       {"shampoo", {{"lr", o.shampoo.lr}, {"beta1", o.shampoo.beta1}, {"beta2", o.shampoo.beta2},
@@ -295,8 +297,7 @@ int64_t CheckpointSource::bytes_total() const {
 
 at::Tensor CheckpointSource::rows(const std::string& param, const std::string& state, int64_t row_begin, int64_t rows) {
   const MatrixShard& s = layout_.plan->shard(param);
-  std::vector<int64_t> shape = s.shape;
-  shape[0] = rows;
+  std::vector<int64_t> shape;
   at::Tensor out;
   int64_t covered = 0;
   const std::string what = state.empty() ? "'" + param + "'" : "state '" + state + "' of '" + param + "'";
@@ -307,14 +308,22 @@ at::Tensor CheckpointSource::rows(const std::string& param, const std::string& s
       if (lo >= hi) continue;
       VerifiedFile& f = file(r.rank);
       const SafetensorsEntry& e = f.header().at(t.tensor);
-      std::vector<int64_t> want = s.shape;
+      // A parameter's rows have the plan's shape; a state entry's rows are the parameter's (its
+      // leading dimension), its trailing dimensions its own (per-slice state of experts), equal in
+      // every piece.
+      std::vector<int64_t> want = state.empty() || e.shape.empty() ? s.shape : e.shape;
+      if (!state.empty() && out.defined()) want = out.sizes().vec();
       want[0] = t.rows;
       TORCH_CHECK(e.shape == want, "checkpoint: '", f.path(), "', tensor '", t.tensor, "' has shape ", shape_text(e.shape),
                   " but holds rows [", t.row_begin, ", ", t.row_begin + t.rows, ") of ", what, ", shape ", shape_text(want));
       TORCH_CHECK(!state.empty() || e.dtype == s.dtype, "checkpoint: '", f.path(), "', tensor '", t.tensor, "' is ",
                   safetensors_dtype(e.dtype), " but the plan says ", safetensors_dtype(s.dtype));
       at::Tensor piece = f.read_rows(t.tensor, lo - t.row_begin, hi - lo);
-      if (!out.defined()) out = at::empty(shape, at::TensorOptions().dtype(piece.scalar_type()));
+      if (!out.defined()) {
+        shape = e.shape;
+        shape[0] = rows;
+        out = at::empty(shape, at::TensorOptions().dtype(piece.scalar_type()));
+      }
       TORCH_CHECK(piece.scalar_type() == out.scalar_type(), "checkpoint: ", what, " has pieces of different dtypes");
       out.narrow(0, lo - row_begin, hi - lo).copy_(piece);
       covered += hi - lo;
@@ -349,7 +358,8 @@ std::optional<OptimizerStateEntry> CheckpointSource::optimizer_state(const std::
   const int64_t total = layout_.plan->shard(param).shape[0];
   OptimizerStateEntry out;
   out.kind = kind;
-  if (whole_matrix_state(kind)) {
+  // Experts keep per-slice state, whole experts in rows like the parameter's: cut and joined as rows.
+  if (whole_matrix_state(kind) && layout_.plan->shard(param).kind != ParamKind::expert_matrix) {
     const Source& s = sources[0];
     TORCH_CHECK(sources.size() == 1 && s.opt->row_begin == 0 && s.opt->rows == total, "checkpoint: '", dir_, "': ", to_string(kind),
                 " state of '", param, "' is split across ranks (it belongs to the whole matrix)");

@@ -1,6 +1,8 @@
 #include "core/optim/optim.h"
 
 #include <ATen/ops/addmm.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/bmm.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eye.h>
 #include <ATen/ops/linalg_eigh.h>
@@ -36,6 +38,21 @@ at::Tensor newton_schulz(const at::Tensor& grad, const MuonOptions& o) {
   }
   if (tall) x = x.t();
   return x;
+}
+
+at::Tensor newton_schulz_batched(const at::Tensor& grad, const MuonOptions& o) {
+  TORCH_CHECK(grad.dim() == 3, "muon: batched Newton–Schulz needs a 3-D tensor [n, out, in], got ", grad.dim(), "-D");
+  at::Tensor x = grad.to(at::kBFloat16);
+  const bool tall = grad.size(1) > grad.size(2);
+  if (tall) x = x.transpose(1, 2);
+  x.div_(at::linalg_vector_norm(x, 2, at::IntArrayRef{1, 2}, /*keepdim=*/true).clamp_min(o.eps));
+  for (int i = 0; i < o.ns_steps; ++i) {
+    at::Tensor gram = at::bmm(x, x.transpose(1, 2));
+    at::Tensor update = at::baddbmm(gram, gram, gram, /*beta=*/o.ns_b, /*alpha=*/o.ns_c);
+    x = at::baddbmm(x, update, x, /*beta=*/o.ns_a);
+  }
+  if (tall) x = x.transpose(1, 2);
+  return x.contiguous();
 }
 
 double muon_adjusted_lr(double lr, MuonLrAdjustment adjustment, int64_t rows, int64_t cols) {
@@ -151,6 +168,43 @@ class Muon final : public TensorOptimizer {
  private:
   MuonOptions o_;
   std::vector<int64_t> full_shape_;
+  at::Tensor buf_;
+};
+
+// Muon over an expert tensor [n, out, in] with one batched Newton–Schulz chain; everything else
+// (momentum, Nesterov, weight decay, the lr adjusted from the slice shape) element-wise as the
+// per-slice Muon, whose stacked state it keeps.
+class BatchedMuon final : public TensorOptimizer {
+ public:
+  BatchedMuon(MuonOptions o, std::vector<int64_t> shape) : o_(std::move(o)), shape_(std::move(shape)) {
+    TORCH_CHECK(shape_.size() == 3, "muon: batched Newton–Schulz needs a 3-D expert tensor, got ", shape_.size(), "-D");
+    validate(o_);
+  }
+  OptimizerKind kind() const override { return OptimizerKind::muon; }
+  void step(at::Tensor& param, const at::Tensor& grad) override {
+    TORCH_CHECK(param.sizes() == grad.sizes() && param.sizes() == at::IntArrayRef(shape_), "muon: batched step of shape ",
+                at::IntArrayRef(shape_), " got a parameter of shape ", param.sizes(), " and a gradient of shape ", grad.sizes());
+    if (!buf_.defined()) buf_ = at::zeros_like(grad);
+    buf_.lerp_(grad, 1 - o_.momentum);
+    at::Tensor update = o_.nesterov ? grad.lerp(buf_, o_.momentum) : buf_;
+    update = newton_schulz_batched(update, o_);
+    const double adjusted = muon_adjusted_lr(o_.lr, o_.adjust_lr, shape_[1], shape_[2]);
+    param.mul_(1 - o_.lr * o_.weight_decay);
+    param.add_(update, -adjusted);
+  }
+  std::map<std::string, at::Tensor> state() const override { return {{"momentum_buffer", buf_}}; }
+  void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                  const std::vector<int64_t>& param_shape) override {
+    check_param_shape("muon", shape_, param_shape);
+    StateLoader in("muon", state, scalars);
+    at::Tensor buf = in.empty() ? at::Tensor() : in.take("momentum_buffer", shape_);
+    in.done();
+    buf_ = buf;
+  }
+
+ private:
+  MuonOptions o_;
+  std::vector<int64_t> shape_;
   at::Tensor buf_;
 };
 
@@ -512,6 +566,10 @@ class PerSlice final : public TensorOptimizer {
 };
 
 }  // namespace
+
+std::unique_ptr<TensorOptimizer> make_batched_muon(const MuonOptions& options, std::vector<int64_t> shape) {
+  return std::make_unique<BatchedMuon>(options, std::move(shape));
+}
 
 std::unique_ptr<TensorOptimizer> make_per_slice(std::vector<std::unique_ptr<TensorOptimizer>> slices) {
   return std::make_unique<PerSlice>(std::move(slices));

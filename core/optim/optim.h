@@ -22,6 +22,10 @@ at::Tensor matrix_inverse_root(const at::Tensor& a, int root, double epsilon);
 // rows > cols, Frobenius norm clamped at eps, addmm updates).
 at::Tensor newton_schulz(const at::Tensor& grad, const MuonOptions& o);
 
+// The same per slice of a 3-D tensor [n, out, in] with one batched chain (bmm, baddbmm): equal to
+// newton_schulz of each slice up to the batched kernels' rounding (not bitwise; bench_experts).
+at::Tensor newton_schulz_batched(const at::Tensor& grad, const MuonOptions& o);
+
 // The learning rate Muon applies for a parameter of full shape rows x cols.
 double muon_adjusted_lr(double lr, MuonLrAdjustment adjustment, int64_t rows, int64_t cols);
 
@@ -51,6 +55,9 @@ std::unique_ptr<TensorOptimizer> make_soap(const SoapOptions& options, std::vect
 // Experts: a 3-D tensor [n, out, in] stepped as n matrices, slice e by slices[e] (each made for
 // shape [out, in]); state() stacks each entry over the slices, scalars are slice 0's (all equal).
 std::unique_ptr<TensorOptimizer> make_per_slice(std::vector<std::unique_ptr<TensorOptimizer>> slices);
+// Muon over an expert tensor [n, out, in] with newton_schulz_batched (MuonOptions::batched_ns); its
+// state is the per-slice Muon's stacked state, so checkpoints move between the two modes.
+std::unique_ptr<TensorOptimizer> make_batched_muon(const MuonOptions& options, std::vector<int64_t> shape);
 
 // Checks hyperparameters (finite, in range), naming the optimizer and the field; throws.
 void validate(const MuonOptions& o);

@@ -72,6 +72,7 @@ std::unique_ptr<TensorOptimizer> make_optimizer(const OptimizerOptions& all, con
     TORCH_INTERNAL_ASSERT(false, "unknown OptimizerKind");
   };
   if (shape.size() != 3) return matrix(shape);
+  if (options.optimizer == OptimizerKind::muon && options.muon.batched_ns) return make_batched_muon(options.muon, shape);
   std::vector<std::unique_ptr<TensorOptimizer>> slices;  // experts: one matrix optimizer per slice
   for (int64_t e = 0; e < shape[0]; ++e) slices.push_back(matrix({shape[1], shape[2]}));
   return make_per_slice(std::move(slices));

@@ -32,6 +32,10 @@ struct MuonOptions {
   double eps = 1e-7;
   int ns_steps = 5;
   MuonLrAdjustment adjust_lr = MuonLrAdjustment::original;
+  // Expert tensors [n, out, in]: one batched Newton–Schulz chain (bmm/baddbmm over the n slices)
+  // instead of n per-slice chains. Not bitwise the per-slice mode (batched kernels block the
+  // products differently); its difference is measured (bench_experts), never claimed zero.
+  bool batched_ns = false;
 };
 
 struct AdamWOptions {

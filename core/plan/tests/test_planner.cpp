@@ -7,6 +7,9 @@
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+
 namespace mfsdp {
 namespace {
 
@@ -281,6 +284,80 @@ TEST(MemoryModel, OwnerKeepsZero3MemoryWhileZero1AndDdpHoldEverything) {
   for (const auto& param : spec.params) expected += param.bytes() * (param.kind == ParamKind::hidden_matrix ? 3 : 4);
   EXPECT_GE(total, expected);
   EXPECT_LE(total, expected + expected / 1000);
+}
+
+}  // namespace
+}  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+ModelSpec tiny_moe(int64_t experts) {
+  TransformerConfig c = preset_config("tiny");
+  c.experts = experts, c.top_k = 2, c.moe_intermediate = 32;
+  return transformer_spec(c);
+}
+
+// Expert tensors are cut into contiguous ranges, each whole on a distinct rank, covering every
+// expert once; the range count follows --expert-ranges; every planner places them the same way.
+TEST(Planner, ExpertTensorsAreCutIntoContiguousRangesOnDistinctRanks) {
+  for (int W : {1, 2, 3, 5, 7, 12}) {
+    for (int asked : {0, 1, 2, 5}) {
+      PlannerOptions o = with(PlannerKind::balanced);
+      o.expert_ranges = asked;
+      const OwnershipPlan plan = make_plan(tiny_moe(8), W, o);
+      int tensors = 0;
+      for (const MatrixShard& s : plan.shards()) {
+        if (s.kind != ParamKind::expert_matrix) continue;
+        ++tensors;
+        EXPECT_EQ(s.role, Role::expert_range) << s.name;
+        const int want = std::min<int>(8, asked > 0 ? std::min(asked, W) : W);
+        ASSERT_EQ(static_cast<int>(s.slices.size()), want) << s.name << " W=" << W << " asked " << asked;
+        std::set<int> ranks;
+        int64_t next = 0, longest = 0, shortest = 8;
+        for (const ShardSlice& sl : s.slices) {
+          EXPECT_TRUE(ranks.insert(sl.rank).second) << s.name << ": two ranges on rank " << sl.rank;
+          EXPECT_EQ(sl.row_begin, next);
+          next += sl.rows;
+          longest = std::max(longest, sl.rows), shortest = std::min(shortest, sl.rows);
+        }
+        EXPECT_EQ(next, 8);
+        EXPECT_LE(longest - shortest, 1) << s.name;
+      }
+      EXPECT_EQ(tensors, 6);
+    }
+  }
+  // Ranges spread the optimizer cost: at W = 3 no rank carries more than its share plus one range.
+  const PlanUsage usage = plan_usage(make_plan(tiny_moe(8), 3, with(PlannerKind::balanced)), MemoryModelOptions{});
+  double lo = 1e300, hi = 0;
+  for (const RankUsage& r : usage.ranks) lo = std::min(lo, r.optimizer_cost), hi = std::max(hi, r.optimizer_cost);
+  EXPECT_LT(hi / lo, 1.1);
+  // The ranges are in the plan's hash and survive its JSON.
+  const OwnershipPlan a = make_plan(tiny_moe(8), 3, with(PlannerKind::balanced));
+  PlannerOptions two = with(PlannerKind::balanced);
+  two.expert_ranges = 2;
+  EXPECT_NE(a.hash(), make_plan(tiny_moe(8), 3, two).hash());
+  EXPECT_EQ(plan_from_json(nlohmann::json::parse(plan_to_json(a).dump()), "plan.json").hash(), a.hash());
+}
+
+TEST(Plan, ValidationRefusesBadExpertRanges) {
+  const OwnershipPlan good = make_plan(tiny_moe(8), 3, with(PlannerKind::balanced));
+  auto rebuild = [&](auto&& mutate) {
+    std::vector<MatrixShard> shards = good.shards();
+    std::vector<UnitLayout> units = good.units();
+    mutate(*std::find_if(shards.begin(), shards.end(), [](auto& s) { return s.name == "layers.0.moe.experts.up"; }));
+    OwnershipPlan(3, good.meta(), shards, units);
+  };
+  EXPECT_ERROR_HAS(rebuild([](MatrixShard& s) { s.slices[1].rank = s.slices[0].rank; }), "is its second on that rank");
+  EXPECT_ERROR_HAS(rebuild([](MatrixShard& s) { s.slices[1].row_begin += 1; }), "contiguous from expert 3");
+  EXPECT_ERROR_HAS(rebuild([](MatrixShard& s) { s.slices.pop_back(); }), "expert ranges cover 6 of 8 experts");
+  EXPECT_ERROR_HAS(rebuild([](MatrixShard& s) { s.owner = 0; }), "cut into expert ranges but names owner 0");
+  PlannerOptions rule = with(PlannerKind::balanced);
+  rule.rules = {{"*attn.q.weight", Role::expert_range}};
+  EXPECT_ERROR_HAS(make_plan(tiny_moe(8), 3, rule), "cuts 'layers.0.attn.q.weight' into expert ranges but it is not an expert tensor");
+  PlannerOptions negative = with(PlannerKind::balanced);
+  negative.expert_ranges = -1;
+  EXPECT_ERROR_HAS(make_plan(tiny_moe(8), 3, negative), "expert ranges must be >= 0");
 }
 
 }  // namespace
