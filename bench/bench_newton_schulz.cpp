@@ -6,12 +6,18 @@
 //
 //   build/bench/bench_newton_schulz                      # every case
 //   build/bench/bench_newton_schulz --benchmark_filter=NewtonSchulz/1024/1024
+//   build/bench/bench_newton_schulz --benchmark_filter=Experts   # per-slice vs batched (--batched-ns)
 #include "core/optim/optim.h"
 
 #include <ATen/Context.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/stack.h>
+#include <ATen/TensorOperators.h>
 #include <benchmark/benchmark.h>
+
+#include <tuple>
+#include <vector>
 
 namespace mfsdp {
 namespace {
@@ -46,7 +52,37 @@ void BM_Matmul(benchmark::State& state) {
   state.SetLabel(std::string(state.range(2) ? "cuda " : "cpu ") + (state.range(1) ? "bf16" : "fp32"));
 }
 
+// Experts: Newton–Schulz over an expert tensor [E, out, in], once per slice (the per-matrix mode,
+// bitwise 2-D Muon on each expert) or as one batched chain (--batched-ns). Counters: the batched
+// mode's difference from the per-slice one on the same input (max |diff| and the Frobenius norm of
+// the difference over the per-slice output's), and bitwise (1 when every element is equal).
+void BM_ExpertsNewtonSchulz(benchmark::State& state) {
+  const int64_t E = state.range(0), rows = state.range(1), cols = state.range(2);
+  const bool batched = state.range(3) == 1;
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device_of(state.range(4)));
+  const at::Tensor g = at::randn({E, rows, cols}, opts);
+  const MuonOptions o;
+  auto per_slice = [&] {
+    std::vector<at::Tensor> out;
+    for (int64_t e = 0; e < E; ++e) out.push_back(newton_schulz(g.select(0, e), o));
+    return at::stack(out);
+  };
+  const at::Tensor a = per_slice().to(at::kFloat), b = newton_schulz_batched(g, o).to(at::kFloat);
+  for (auto _ : state) sync(batched ? newton_schulz_batched(g, o) : per_slice());
+  const double s = static_cast<double>(std::min(rows, cols)), l = static_cast<double>(std::max(rows, cols));
+  state.counters["FLOP/s"] =
+      benchmark::Counter(E * o.ns_steps * (4 * s * s * l + 2 * s * s * s), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["max_abs_diff"] = (a - b).abs().max().item<double>();
+  state.counters["rel_fro_diff"] = ((a - b).norm() / a.norm()).item<double>();
+  state.counters["bitwise"] = a.equal(b) ? 1 : 0;
+  state.SetLabel(std::string(state.range(4) ? "cuda " : "cpu ") + (batched ? "batched" : "per-slice"));
+}
+
 void register_all() {
+  // Expert tensors: the tiny MoE model's, and slices of Mixtral/Qwen3-like aspect at CPU scale.
+  for (auto [E, r, c] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{8, 128, 64}, {32, 192, 512}, {128, 96, 256}, {8, 512, 128}})
+    for (int64_t batched : {0, 1})
+      benchmark::RegisterBenchmark("ExpertsNewtonSchulz", BM_ExpertsNewtonSchulz)->Args({E, r, c, batched, 0})->Unit(benchmark::kMillisecond);
   // CPU sizes stay small: without native bf16 (no AVX512-BF16/AMX) bf16 matmuls are emulated.
   std::vector<std::pair<int64_t, int64_t>> cpu_shapes{{256, 256}, {512, 512}, {256, 768}, {768, 256}};
   for (auto [r, c] : cpu_shapes)
@@ -62,6 +98,8 @@ void register_all() {
     }
   }
   benchmark::RegisterBenchmark("NewtonSchulz", BM_NewtonSchulz)->Args({4096, 12288, 1, 1})->Unit(benchmark::kMillisecond);
+  for (int64_t batched : {0, 1})  // Qwen3-30B-A3B's 128 experts of [768, 2048]
+    benchmark::RegisterBenchmark("ExpertsNewtonSchulz", BM_ExpertsNewtonSchulz)->Args({128, 768, 2048, batched, 1})->Unit(benchmark::kMillisecond);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <set>
 
 namespace mfsdp {
 namespace {
@@ -28,7 +29,7 @@ rc::Gen<ModelSpec> model_spec() {
     const c10::ScalarType dtype = *rc::gen::element(c10::kFloat, c10::kBFloat16, c10::kDouble);
     if (*rc::gen::arbitrary<bool>()) {
       spec.params.push_back({"embed.weight", {*rc::gen::inRange<int64_t>(1, 50), *rc::gen::inRange<int64_t>(1, 9)},
-                             dtype, "embed", ParamKind::embedding});
+                             dtype, "embed", ParamKind::embedding, {}});
     }
     const int units = *rc::gen::inRange(1, 7);
     for (int u = 0; u < units; ++u) {
@@ -36,16 +37,21 @@ rc::Gen<ModelSpec> model_spec() {
       const int matrices = *rc::gen::inRange(0, 6);
       const int tails = *rc::gen::inRange(matrices == 0 ? 1 : 0, 4);  // tails may be empty
       for (int m = 0; m < matrices; ++m) {
-        spec.params.push_back({unit + ".w" + std::to_string(m), *matrix_shape(), dtype, unit, ParamKind::hidden_matrix});
+        spec.params.push_back({unit + ".w" + std::to_string(m), *matrix_shape(), dtype, unit, ParamKind::hidden_matrix, {}});
+      }
+      for (int e = *rc::gen::inRange(0, 3); e > 0; --e) {  // expert tensors [E, out, in]
+        const std::vector<int64_t> m = *matrix_shape();
+        spec.params.push_back({unit + ".experts" + std::to_string(e), {*rc::gen::inRange<int64_t>(1, 20), m[0], m[1]}, dtype,
+                               unit, ParamKind::expert_matrix, {}});
       }
       for (int t = 0; t < tails; ++t) {
         spec.params.push_back({unit + ".norm" + std::to_string(t), {*rc::gen::inRange<int64_t>(1, 30)}, dtype, unit,
-                               ParamKind::other});
+                               ParamKind::other, {}});
       }
     }
     if (*rc::gen::arbitrary<bool>()) {
       spec.params.push_back({"head.weight", {*rc::gen::inRange<int64_t>(1, 50), *rc::gen::inRange<int64_t>(1, 9)},
-                             dtype, "head", ParamKind::head});
+                             dtype, "head", ParamKind::head, {}});
     }
     return spec;
   });
@@ -58,6 +64,7 @@ rc::Gen<PlannerOptions> planner_options() {
                                   PlannerKind::balanced);
     o.tail_policy = *rc::gen::element(TailPolicy::even, TailPolicy::owner);
     o.optimizer = *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::shampoo, OptimizerKind::soap);
+    o.expert_ranges = *rc::gen::inRange(0, 9);
     return o;
   });
 }
@@ -97,6 +104,10 @@ void check_layout(const ModelSpec& spec, const OwnershipPlan& plan) {
       RC_ASSERT(s.slices.size() == 1u);
       RC_ASSERT(s.slices[0].rank == s.owner);
       RC_ASSERT(s.slices[0].rows == rows);
+    } else if (s.role == Role::expert_range) {  // contiguous whole-expert ranges, at most one per rank
+      RC_ASSERT(static_cast<int>(s.slices.size()) <= std::min<int64_t>(W, rows));
+      std::set<int> ranks;
+      for (const ShardSlice& sl : s.slices) RC_ASSERT(ranks.insert(sl.rank).second && sl.rows == sl.padded_rows);
     } else {
       RC_ASSERT(static_cast<int>(s.slices.size()) == W);
     }

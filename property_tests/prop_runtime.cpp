@@ -1,5 +1,5 @@
 // Properties of the runtime against the oracle over generated transformers (layers, widths,
-// heads, MLP sizes), world sizes 1..8 and explicit owner assignments (including every matrix on
+// heads, MLP sizes, tied embeddings, experts with their top-k, widths and range counts), world sizes 1..8 and explicit owner assignments (including every matrix on
 // one rank, so other ranks own nothing), plus a stateful model of one unit's lifecycle.
 // Replay a failure with RC_PARAMS="seed=<printed seed>".
 #include <gtest/gtest.h>
@@ -36,6 +36,13 @@ rc::Gen<TransformerConfig> small_transformer() {
     c.intermediate = *rc::gen::inRange<int64_t>(1, 40);
     c.qkv_bias = *rc::gen::arbitrary<bool>();
     c.tie_embeddings = *rc::gen::arbitrary<bool>();
+    if (*rc::gen::inRange(0, 3) == 0) {  // mixture of experts: routed (and shared) experts, some blocks dense
+      c.experts = *rc::gen::inRange<int64_t>(1, 7);
+      c.top_k = *rc::gen::inRange<int64_t>(1, c.experts + 1);
+      c.moe_intermediate = *rc::gen::inRange<int64_t>(1, 25);
+      c.shared_experts = *rc::gen::inRange<int64_t>(0, 2);
+      c.first_dense = *rc::gen::inRange<int64_t>(0, c.layers + 1);
+    }
     return c;
   });
 }
@@ -62,6 +69,7 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   config.runtime.step_mode = *rc::gen::element(StepMode::replicated, StepMode::dedup);
   config.planner.planner = PlannerKind::explicit_assignment;
   config.planner.tail_policy = *rc::gen::element(TailPolicy::even, TailPolicy::owner);
+  config.planner.expert_ranges = *rc::gen::inRange(0, 5);  // 0: one per rank while experts last
   const bool all_on_one = *rc::gen::arbitrary<bool>();
   const int one = *rc::gen::inRange(0, S);
   for (const PlanItem& item : plan_items(TransformerModel(config.model).spec(), config.planner))
@@ -87,6 +95,7 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   RC_TAG(to_string(config.runtime.precision));
   if (R > 1) RC_TAG(std::string("HSDP ") + to_string(config.runtime.step_mode));
   if (config.model.tie_embeddings) RC_TAG("tied embeddings");
+  if (config.model.experts > 0 && config.model.first_dense < config.model.layers) RC_TAG("experts");
 
   std::mutex m;
   std::vector<std::string> failures;
