@@ -58,6 +58,7 @@ struct GridCase {
   TailPolicy tail;
   c10::ScalarType param_dtype = c10::kFloat;  // bf16: compute copies of float32 masters
   bool tied = false;  // --tie-embeddings: the embedding unit lends embed.weight to the head
+  bool moe = false;   // --experts 5 --top-k 2: expert tensors in ranges (copied out like even shards)
 };
 
 // The rank-order mean written out here, independent of core/runtime/reduction: contributions
@@ -74,6 +75,7 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
   const GridCase gc = GetParam();
   TransformerConfig config = tiny();
   config.tie_embeddings = gc.tied;
+  if (gc.moe) config.experts = 5, config.top_k = 2, config.moe_intermediate = 48;
   const TransformerModel model(config);
   const ParamMap init = model.init(/*seed=*/7);
   const ByteCorpus corpus = ByteCorpus::load();
@@ -301,6 +303,9 @@ std::vector<GridCase> grid() {
         for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, p, t, d});
   for (int w : {1, 2, 3, 5})
     for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, PlannerKind::balanced, TailPolicy::even, d, true});
+  for (int w : {1, 2, 3, 4})
+    for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16})
+      cases.push_back({w, w % 2 ? PlannerKind::round_robin : PlannerKind::balanced, w > 2 ? TailPolicy::owner : TailPolicy::even, d, false, true});
   return cases;
 }
 
@@ -314,6 +319,7 @@ INSTANTIATE_TEST_SUITE_P(TinyModel, RuntimeGrid, ::testing::ValuesIn(grid()),
                            name += to_string(info.param.tail);
                            if (info.param.param_dtype == c10::kBFloat16) name += "_bf16";
                            if (info.param.tied) name += "_tied";
+                           if (info.param.moe) name += "_moe";
                            return name;
                          });
 
