@@ -146,10 +146,11 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
 
 // tiny_w<W>_<optimizer>[_bf16].json; HSDP: tiny_r<R>s<S>_<optimizer>[_bf16].json (both step modes);
 // tied embeddings: tiny_tied_w<W>_...
-std::string golden_file(int W, OptimizerKind o, c10::ScalarType d, int replicas = 1, bool tied = false) {
+std::string golden_file(int W, OptimizerKind o, c10::ScalarType d, int replicas = 1, bool tied = false, bool moe = false) {
   const std::string mesh = replicas == 1 ? "w" + std::to_string(W)
                                          : "r" + std::to_string(replicas) + "s" + std::to_string(W / replicas);
-  return std::string(tied ? "tiny_tied_" : "tiny_") + mesh + "_" + to_string(o) + (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
+  return std::string("tiny_") + (tied ? "tied_" : "") + (moe ? "moe_" : "") + mesh + "_" + to_string(o) +
+         (d == c10::kBFloat16 ? "_bf16" : "") + ".json";
 }
 
 // This platform's golden: golden/cpu/<ATen capability>-<oneDNN ISA>/ (lower case) or golden/cuda/.
@@ -198,7 +199,7 @@ void check_golden(int W, const TrainConfig& config) {
   const OptimizerKind optimizer = config.runtime.optimizer;
   const c10::ScalarType param_dtype = config.runtime.precision.param_dtype;
   const int replicas = config.runtime.replicas;
-  const std::string file = golden_file(W, optimizer, param_dtype, replicas, config.model.tie_embeddings);
+  const std::string file = golden_file(W, optimizer, param_dtype, replicas, config.model.tie_embeddings, config.model.experts > 0);
   const std::string device = golden_device();
   if (device == "cuda" && !at::globalContext().hasCUDA()) GTEST_SKIP() << "MFSDP_GOLDEN_DEVICE=cuda but no CUDA device is visible";
   TrainResult result;
@@ -344,6 +345,27 @@ INSTANTIATE_TEST_SUITE_P(Tiny, TiedGolden,
                                                               OptimizerKind::shampoo, OptimizerKind::soap)),
                          [](const ::testing::TestParamInfo<TiedGoldenParam>& info) {
                            return "W" + std::to_string(std::get<0>(info.param)) + "_" + to_string(std::get<1>(info.param)) + "_tied";
+                         });
+
+// Mixture of experts (--experts 4 --top-k 2) at W = 3: each expert tensor in three ranges.
+using MoeGoldenParam = std::tuple<OptimizerKind, c10::ScalarType>;
+
+class MoeGolden : public ::testing::TestWithParam<MoeGoldenParam> {};
+
+TEST_P(MoeGolden, TrajectoryMatchesTheStoredOne) {
+  const auto [optimizer, param_dtype] = GetParam();
+  TrainConfig c = golden_config(3, optimizer, param_dtype);
+  c.model.experts = 4, c.model.top_k = 2, c.model.moe_intermediate = c.model.intermediate;
+  check_golden(3, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, MoeGolden,
+                         ::testing::Combine(::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap),
+                                            ::testing::Values(c10::kFloat, c10::kBFloat16)),
+                         [](const ::testing::TestParamInfo<MoeGoldenParam>& info) {
+                           return std::string("W3_") + to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == c10::kBFloat16 ? "_bf16" : "") + "_moe";
                          });
 
 INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,
