@@ -22,6 +22,12 @@ The same again with tied embeddings (`mfsdp train --tie-embeddings`, fp32 at W =
 at W = 2): the head reuses embed.weight, whose .grad autograd sums over both uses before the
 rank-order mean; every loss, the 20 final parameters and the 26 state tensors bit for bit.
 
+The same again with a mixture of experts (`mfsdp train --experts 4 --top-k 2`, fp32 at W = 3,
+bf16 at W = 2): every block's MLP a float32 router softmax, a stable top-2, tokens dispatched by a
+stable sort and gathers, and 3-D expert tensors [4, out, in]; torch.optim.Muon steps each expert's
+[out, in] slice as its own matrix (it refuses 3-D tensors), AdamW the router. mfsdp cuts each
+expert tensor into ranges on different ranks; losses, parameters and state bit for bit.
+
 Then, measured and bounded, not bitwise:
   - an idiomatic torch.nn version of the model (nn.Embedding, nn.RMSNorm, nn.Linear,
     F.scaled_dot_product_attention with is_causal) on the C++ initial and final weights: loss and
@@ -55,6 +61,7 @@ MUON_LR, ADAMW_LR = 0.02, 3e-3  # training_defaults() (core/plan/optimizer_confi
 SEED, BATCH, SEQ = 0, 4, 32      # mfsdp train's defaults
 STEPS = 4
 MASK64 = (1 << 64) - 1
+EXPERTS, TOP_K = 4, 2  # --experts 4 --top-k 2 (expert width: the dense INTERMEDIATE)
 
 # The idiomatic model's bounds. Every op of both models is float32 and computes the same function;
 # they may differ only in how two ops accumulate: nn.RMSNorm (F.rms_norm's kernel instead of the
@@ -92,9 +99,10 @@ def rank_generator(seed, rank):
     return g
 
 
-def param_specs(tied=False):
-    """(name, shape, is_hidden_matrix) in transformer_spec's order: the order init draws in. Tied
-    (--tie-embeddings): no head.weight; the head reuses embed.weight."""
+def param_specs(tied=False, moe=False):
+    """(name, shape, is_matrix) in transformer_spec's order: the order init draws in. Tied
+    (--tie-embeddings): no head.weight; the head reuses embed.weight. MoE: each block's MLP is a
+    router (AdamW) and three 3-D expert tensors (a matrix optimizer per slice)."""
     out = [("embed.weight", (VOCAB, HIDDEN), False)]
     for i in range(LAYERS):
         p = f"layers.{i}."
@@ -103,19 +111,25 @@ def param_specs(tied=False):
                 (p + "attn.k.weight", (HIDDEN, HIDDEN), True),
                 (p + "attn.v.weight", (HIDDEN, HIDDEN), True),
                 (p + "attn.o.weight", (HIDDEN, HIDDEN), True),
-                (p + "mlp_norm.weight", (HIDDEN,), False),
-                (p + "mlp.gate.weight", (INTERMEDIATE, HIDDEN), True),
-                (p + "mlp.up.weight", (INTERMEDIATE, HIDDEN), True),
-                (p + "mlp.down.weight", (HIDDEN, INTERMEDIATE), True)]
+                (p + "mlp_norm.weight", (HIDDEN,), False)]
+        if moe:
+            out += [(p + "moe.router.weight", (EXPERTS, HIDDEN), False),
+                    (p + "moe.experts.gate", (EXPERTS, INTERMEDIATE, HIDDEN), True),
+                    (p + "moe.experts.up", (EXPERTS, INTERMEDIATE, HIDDEN), True),
+                    (p + "moe.experts.down", (EXPERTS, HIDDEN, INTERMEDIATE), True)]
+        else:
+            out += [(p + "mlp.gate.weight", (INTERMEDIATE, HIDDEN), True),
+                    (p + "mlp.up.weight", (INTERMEDIATE, HIDDEN), True),
+                    (p + "mlp.down.weight", (HIDDEN, INTERMEDIATE), True)]
     out += [("norm.weight", (HIDDEN,), False)] + ([] if tied else [("head.weight", (VOCAB, HIDDEN), False)])
     return out
 
 
-def init_params(seed, tied=False):
-    """TransformerModel::init: 2-D tensors N(0, 0.02) drawn in spec order from one generator; norms 1."""
+def init_params(seed, tied=False, moe=False):
+    """TransformerModel::init: 2-D and 3-D tensors N(0, 0.02) drawn in spec order from one generator; norms 1."""
     g = shared_generator(seed)
     params = {}
-    for name, shape, _ in param_specs(tied):
+    for name, shape, _ in param_specs(tied, moe):
         if len(shape) == 1:
             params[name] = torch.ones(shape) if "norm" in name else torch.zeros(shape)
         else:
@@ -144,6 +158,35 @@ def rms_norm(x, w):
     return (xf * (xf.pow(2).mean(-1, keepdim=True) + RMS_EPS).rsqrt()).to(x.dtype) * w
 
 
+def experts(p, pre, h):
+    """model.cpp's TransformerModel::experts, op for op: float32 router softmax; the top-k of a stable
+    descending sort (ties to the lower expert), renormalised; the (token, slot) pairs stably sorted by
+    expert, each expert's SwiGLU on its contiguous block; gathered back by the inverse permutation,
+    weighted and summed over the slots."""
+    B, S, H = h.shape
+    T = B * S
+    x = h.reshape(T, H)
+    probs = torch.softmax(F.linear(x, p[pre + "moe.router.weight"]).float(), -1)
+    ranked, by_score = torch.sort(probs, dim=-1, descending=True, stable=True)
+    weights = ranked[:, :TOP_K]
+    weights = (weights / weights.sum(-1, keepdim=True)).to(h.dtype)
+    chosen = by_score[:, :TOP_K].reshape(-1)
+    order = torch.sort(chosen, dim=0, descending=False, stable=True).indices
+    counts = torch.bincount(chosen, minlength=EXPERTS).tolist()
+    tokens = x.unsqueeze(1).expand(T, TOP_K, H).reshape(T * TOP_K, H).index_select(0, order)
+    gate, up, down = (p[pre + "moe.experts." + n] for n in ("gate", "up", "down"))
+    outputs, begin = [], 0
+    for e in range(EXPERTS):
+        if counts[e] == 0:
+            continue
+        t = tokens.narrow(0, begin, counts[e])
+        outputs.append(F.linear(F.silu(F.linear(t, gate.select(0, e))) * F.linear(t, up.select(0, e)), down.select(0, e)))
+        begin += counts[e]
+    inverse = torch.argsort(order, stable=True)
+    out = (torch.cat(outputs).index_select(0, inverse).view(T, TOP_K, H) * weights.unsqueeze(-1)).sum(1)
+    return out.view(B, S, H)
+
+
 def functional_loss(p, tokens, targets):
     x = F.embedding(tokens, p["embed.weight"])
     B, S = tokens.shape
@@ -160,6 +203,9 @@ def functional_loss(p, tokens, targets):
         attn = torch.matmul(torch.softmax(scores.float(), -1).to(v.dtype), v).transpose(1, 2).reshape(B, S, HIDDEN)
         y = x + F.linear(attn, p[pre + "attn.o.weight"])
         h = rms_norm(y, p[pre + "mlp_norm.weight"])
+        if pre + "moe.router.weight" in p:
+            x = y + experts(p, pre, h)
+            continue
         mlp = F.linear(F.silu(F.linear(h, p[pre + "mlp.gate.weight"])) * F.linear(h, p[pre + "mlp.up.weight"]),
                        p[pre + "mlp.down.weight"])
         x = y + mlp
@@ -224,14 +270,27 @@ class Tiny(nn.Module):
 
 # ---- Training over gloo processes -----------------------------------------------------------
 
-def make_optimizers(params, tied=False):
-    hidden = {n for n, _, m in param_specs(tied) if m}
-    muon = torch.optim.Muon([params[n] for n, _, _ in param_specs(tied) if n in hidden], lr=MUON_LR)
-    adamw = torch.optim.AdamW([params[n] for n, _, _ in param_specs(tied) if n not in hidden], lr=ADAMW_LR, foreach=False)
-    return muon, adamw
+def make_optimizers(params, tied=False, moe=False):
+    """Muon for the matrices, AdamW for the rest. An expert tensor's slices p.data[e] (2-D views of
+    its storage) go to Muon one by one; `slices` maps each to (name, e) for its .grad and state."""
+    specs = param_specs(tied, moe)
+    matrices, slices = [], {}
+    for n, shape, m in specs:
+        if not m:
+            continue
+        if len(shape) == 2:
+            matrices.append(params[n])
+            continue
+        for e in range(shape[0]):
+            view = params[n].data[e]
+            slices[id(view)] = (n, e, view)
+            matrices.append(view)
+    muon = torch.optim.Muon(matrices, lr=MUON_LR)
+    adamw = torch.optim.AdamW([params[n] for n, _, m in specs if not m], lr=ADAMW_LR, foreach=False)
+    return muon, adamw, slices
 
 
-def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", tied=False):
+def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", tied=False, moe=False):
     """mode "rank_order": grads all-gathered and averaged in rank order; "ddp": stock DDP.
     precision "bf16": forward/backward on bf16 copies of the fp32 masters (rank_order only)."""
     torch.set_num_threads(1)  # as the deterministic mode's one intra-op thread per rank
@@ -239,12 +298,16 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
     # A file store: no TCP port to pick (a port found free can be taken before the store binds it).
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
     data = corpus_bytes()
-    init = init_params(SEED, tied)
-    model = Tiny(functional=True, tied=tied)
-    model.load_state_dict(init)
-    params = dict(model.named_parameters())
+    init = init_params(SEED, tied, moe)
+    if moe:  # the functional model on plain leaves (Tiny's modules have no experts)
+        params = {n: t.clone().requires_grad_(True) for n, t in init.items()}
+        model = lambda tokens, targets: functional_loss(params, tokens, targets)
+    else:
+        model = Tiny(functional=True, tied=tied)
+        model.load_state_dict(init)
+        params = dict(model.named_parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(model) if mode == "ddp" else None
-    muon, adamw = make_optimizers(params, tied)
+    muon, adamw, slices = make_optimizers(params, tied, moe)
     losses, grads_per_step = [], []
     for step in range(STEPS):
         tokens, targets = batch(data, SEED, step, rank, BATCH, SEQ)
@@ -269,6 +332,8 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
                 acc.div_(world_size)
                 p.grad = acc
         grads_per_step.append({n: p.grad.clone() for n, p in params.items()})
+        for name, e, view in slices.values():
+            view.grad = params[name].grad[e].contiguous()
         muon.step()
         adamw.step()
         local = torch.tensor([float(loss.item())], dtype=torch.float64)
@@ -287,25 +352,32 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
         state = {}
         for opt in (muon, adamw):
             for p, s in opt.state.items():
+                if id(p) in slices:  # an expert's slice: stacked below, as mfsdp keeps it
+                    name, e, _ = slices[id(p)]
+                    for k, v in s.items():
+                        state.setdefault(f"{name}|{k}", {})[e] = v.clone()
+                    continue
                 name = next(n for n, q in params.items() if q is p)
                 for k, v in s.items():
                     state[f"{name}|{k}"] = v.clone()
+        for k in [k for k, v in state.items() if isinstance(v, dict)]:
+            state[k] = torch.stack([state[k][e] for e in sorted(state[k])])
         torch.save({"losses": losses, "params": {n: p.detach().clone() for n, p in params.items()}, "state": state,
                     "grads": grads_per_step, "replicas_equal": replicas_equal}, out_path)
     dist.destroy_process_group()
 
 
-def train_torch(world_size, work, mode, attempts=3, precision="fp32", tied=False):
+def train_torch(world_size, work, mode, attempts=3, precision="fp32", tied=False, moe=False):
     """The PyTorch side over gloo processes. A process that dies (a crash of the gloo processes
     themselves, seen once in a loaded CI run as `terminate called without an active exception`)
     is retried, said, up to `attempts` times: the comparison itself is never retried, and a
     deterministic failure fails every attempt."""
-    tag = f"{mode}_{precision}{'_tied' if tied else ''}_w{world_size}"
+    tag = f"{mode}_{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}_w{world_size}"
     out = os.path.join(work, f"torch_{tag}.pt")
     for attempt in range(1, attempts + 1):
         store = os.path.join(work, f"store_{tag}_{attempt}")
         try:
-            mp.spawn(rank_main, args=(world_size, store, out, mode, precision, tied), nprocs=world_size, join=True)
+            mp.spawn(rank_main, args=(world_size, store, out, mode, precision, tied, moe), nprocs=world_size, join=True)
             return torch.load(out)
         except mp.ProcessExitedException as e:
             if attempt == attempts:
@@ -322,13 +394,14 @@ def run(cmd):
     return r.stdout
 
 
-def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False):
-    d = os.path.join(work, f"mfsdp_{precision}{'_tied' if tied else ''}_w{world_size}")
+def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False):
+    d = os.path.join(work, f"mfsdp_{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}_w{world_size}")
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
     run([mfsdp, "train", "-w", str(world_size), "--launcher", "processes", "--steps", str(STEPS), "--seed", str(SEED),
          "--batch", str(BATCH), "--seq", str(SEQ), "--metrics", metrics, "--checkpoint-dir", ck,
-         "--checkpoint-every", str(STEPS), "--param-dtype", precision] + (["--tie-embeddings"] if tied else []))
+         "--checkpoint-every", str(STEPS), "--param-dtype", precision] + (["--tie-embeddings"] if tied else []) +
+        (["--experts", str(EXPERTS), "--top-k", str(TOP_K)] if moe else []))
     run([mfsdp, "export", ck, "--out", model])
     losses = [json.loads(line)["loss"] for line in open(metrics) if '"step"' in line]
     step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
@@ -419,6 +492,8 @@ def main():
     ap.add_argument("--precisions", default="fp32,bf16")
     ap.add_argument("--tied", default="fp32:2,fp32:3,bf16:2",
                     help="tied-embedding runs as precision:W (the head reuses embed.weight)")
+    ap.add_argument("--moe", default="fp32:3,bf16:2",
+                    help=f"mixture-of-experts runs as precision:W (--experts {EXPERTS} --top-k {TOP_K})")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tally = Tally()
@@ -436,13 +511,15 @@ def main():
             mine[f"tokens.s{s}.r{r}"], mine[f"targets.s{s}.r{r}"] = batch(data, SEED, s, r, BATCH, SEQ)
     compare_dicts(tally, "every rank's batch of every step (ByteCorpus::batch)", mine, dumped)
 
-    runs = [(p, w, False) for p in args.precisions.split(",") for w in world_sizes]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), True) for t in args.tied.split(",") if t]
-    for precision, W, tied in runs:
-        print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}: torch.optim.Muon/AdamW over {W} gloo process(es), "
-              f"rank-order mean, vs mfsdp train --param-dtype {precision}{' --tie-embeddings' if tied else ''}:")
-        theirs = train_torch(W, args.work, "rank_order", precision=precision, tied=tied)
-        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied)
+    runs = [(p, w, False, False) for p in args.precisions.split(",") for w in world_sizes]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False) for t in args.tied.split(",") if t]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True) for t in args.moe.split(",") if t]
+    for precision, W, tied, moe in runs:
+        flags = (" --tie-embeddings" if tied else "") + (f" --experts {EXPERTS} --top-k {TOP_K}" if moe else "")
+        print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}{', experts' if moe else ''}: torch.optim.Muon/AdamW "
+              f"over {W} gloo process(es), rank-order mean, vs mfsdp train --param-dtype {precision}{flags}:")
+        theirs = train_torch(W, args.work, "rank_order", precision=precision, tied=tied, moe=moe)
+        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
             a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
@@ -455,7 +532,7 @@ def main():
         torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
         tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
                     "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
-        if precision != "fp32" or tied:
+        if precision != "fp32" or tied or moe:
             continue
         if W == 1:
             check_idiomatic(tally, init, "initial", data)
