@@ -23,6 +23,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 namespace mfsdp {
 namespace {
@@ -315,6 +317,32 @@ TEST(MatrixOptimizers, ExpertTensorsStepEachSliceAsItsOwnMatrix) {
                   .find("per-slice state of 3 experts loaded for a parameter of shape [4, 12, 8]"),
               std::string::npos);
   }
+}
+
+// --batched-ns: one bmm chain per expert tensor. Not claimed bitwise (batched kernels may block the
+// products differently; bench_newton_schulz measures the difference, 0 on this project's CPUs): the
+// bound is bf16's resolution, 2^-8 relative in Frobenius norm. Its state is the per-slice Muon's, so
+// either mode resumes the other's checkpoint.
+TEST(MatrixOptimizers, BatchedNewtonSchulzStaysWithinBf16OfThePerSliceOne) {
+  const MuonOptions o;
+  for (auto [n, rows, cols] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4, 24, 16}, {3, 16, 40}}) {
+    const at::Tensor g = randn({n, rows, cols}, 7, at::kFloat);
+    const at::Tensor batched = newton_schulz_batched(g, o).to(at::kFloat);
+    for (int64_t e = 0; e < n; ++e) {
+      const at::Tensor one = newton_schulz(g.select(0, e), o).to(at::kFloat);
+      EXPECT_LE((batched.select(0, e) - one).norm().item<double>(), std::ldexp(1.0, -8) * one.norm().item<double>());
+    }
+  }
+  OptimizerOptions opts = training_defaults();
+  auto per_slice = make_optimizer(opts, "experts", true, {3, 12, 8});
+  opts.muon.batched_ns = true;
+  auto batched = make_optimizer(opts, "experts", true, {3, 12, 8});
+  at::Tensor a = randn({3, 12, 8}, 3, at::kFloat), b = a.clone();
+  per_slice->step(a, randn({3, 12, 8}, 4, at::kFloat));
+  batched->load_state(per_slice->state(), per_slice->scalars(), {3, 12, 8});
+  EXPECT_TRUE(batched->state().at("momentum_buffer").equal(per_slice->state().at("momentum_buffer")));
+  batched->step(b, randn({3, 12, 8}, 5, at::kFloat));
+  EXPECT_EQ(batched->kind(), OptimizerKind::muon);
 }
 
 }  // namespace
