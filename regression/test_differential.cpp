@@ -136,16 +136,23 @@ std::vector<std::string> variants_against_oracle(const TrainConfig& base, int W,
   return failures;
 }
 
+// Each failure as a test failure; with none, one line saying what `what` matched.
+void report(const std::vector<std::string>& failures, const std::string& what) {
+  for (const auto& f : failures) ADD_FAILURE() << f;
+  if (failures.empty()) std::printf("%s\n", what.c_str());
+}
+
+std::string summary(const char* model, int W, const TrainConfig& base, size_t variants) {
+  return std::string(model) + " W=" + std::to_string(W) + " " + to_string(base.runtime.optimizer) + ", " +
+         to_string(base.runtime.precision) + ": " + std::to_string(variants) + " planner/tail/placement variants x " +
+         std::to_string(base.steps) + " steps bit-identical to the oracle (max |diff| 0)";
+}
+
 TEST_P(Differential, EveryPlannerAndTailPolicyBitMatchesTheOracle) {
   const auto [W, optimizer, precision] = GetParam();
   const TrainConfig base = base_config(optimizer, precision);
   const std::vector<Variant> all = variants(base, W);
-  const std::vector<std::string> failures = variants_against_oracle(base, W, all);
-  for (const auto& f : failures) ADD_FAILURE() << f;
-  if (failures.empty()) {
-    std::printf("W=%d %s, %s: %zu planner/tail/placement variants x %d steps bit-identical to the oracle (max |diff| 0)\n", W,
-                to_string(optimizer), to_string(base.runtime.precision).c_str(), all.size(), kSteps);
-  }
+  report(variants_against_oracle(base, W, all), summary("dense", W, base, all.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, Differential,
@@ -165,11 +172,7 @@ TEST_P(TiedDifferential, EveryPlannerAndPlacementBitMatchesTheTiedOracle) {
   TrainConfig base = base_config(optimizer, precision);
   base.model.tie_embeddings = true;
   const std::vector<Variant> all = variants(base, W);
-  const std::vector<std::string> failures = variants_against_oracle(base, W, all);
-  for (const auto& f : failures) ADD_FAILURE() << f;
-  if (failures.empty())
-    std::printf("tied W=%d %s, %s: %zu variants x %d steps bit-identical to the tied oracle\n", W, to_string(optimizer),
-                to_string(base.runtime.precision).c_str(), all.size(), kSteps);
+  report(variants_against_oracle(base, W, all), summary("tied", W, base, all.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Tied, TiedDifferential,
@@ -208,11 +211,7 @@ TEST_P(MoeDifferential, EveryPlannerRangeCountAndPlacementBitMatchesTheMoeOracle
   int split = 0;
   for (const MatrixShard& s : plan.shards()) split += s.role == Role::expert_range && s.slices.size() > 1;
   EXPECT_EQ(split, W == 5 ? 3 : 6) << "expert tensors cut into more than one range";
-  const std::vector<std::string> failures = variants_against_oracle(base, W, all);
-  for (const auto& f : failures) ADD_FAILURE() << f;
-  if (failures.empty())
-    std::printf("moe W=%d %s, %s: %zu variants x %d steps bit-identical to the MoE oracle\n", W, to_string(optimizer),
-                to_string(base.runtime.precision).c_str(), all.size(), base.steps);
+  report(variants_against_oracle(base, W, all), summary("moe", W, base, all.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Moe, MoeDifferential,

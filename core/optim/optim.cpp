@@ -138,57 +138,32 @@ at::Tensor matrix_inverse_root(const at::Tensor& a, int root, double epsilon) {
 
 namespace {
 
+// Muon on a 2-D matrix or, batched (MuonOptions::batched_ns), on an expert tensor [n, out, in] with
+// one batched Newton–Schulz chain; everything else element-wise, the lr adjusted from the last two
+// dimensions (the per-slice Muon's, whose stacked state the batched one keeps).
 class Muon final : public TensorOptimizer {
  public:
-  Muon(MuonOptions o, std::vector<int64_t> full_shape) : o_(std::move(o)), full_shape_(std::move(full_shape)) {
-    TORCH_CHECK(full_shape_.size() == 2, "muon: needs a 2-D parameter, got ", full_shape_.size(), "-D");
+  Muon(MuonOptions o, std::vector<int64_t> shape, bool batched)
+      : o_(std::move(o)), shape_(std::move(shape)), batched_(batched) {
+    TORCH_CHECK(shape_.size() == (batched_ ? 3u : 2u), "muon: ",
+                batched_ ? "batched Newton–Schulz needs a 3-D expert tensor" : "needs a 2-D parameter", ", got ",
+                shape_.size(), "-D");
     validate(o_);
   }
   OptimizerKind kind() const override { return OptimizerKind::muon; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
-    check_matrix_step("muon", param, grad);
+    if (batched_) {
+      TORCH_CHECK(param.sizes() == grad.sizes() && param.sizes() == at::IntArrayRef(shape_), "muon: batched step of shape ",
+                  at::IntArrayRef(shape_), " got a parameter of shape ", param.sizes(), " and a gradient of shape ", grad.sizes());
+    } else {
+      check_matrix_step("muon", param, grad);
+    }
     if (!buf_.defined()) buf_ = at::zeros_like(grad);
     buf_.lerp_(grad, 1 - o_.momentum);
     at::Tensor update = o_.nesterov ? grad.lerp(buf_, o_.momentum) : buf_;
-    update = newton_schulz(update, o_);
-    const double adjusted = muon_adjusted_lr(o_.lr, o_.adjust_lr, full_shape_[0], full_shape_[1]);
-    param.mul_(1 - o_.lr * o_.weight_decay);
-    param.add_(update, -adjusted);
-  }
-  std::map<std::string, at::Tensor> state() const override { return {{"momentum_buffer", buf_}}; }
-  void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
-                  const std::vector<int64_t>& param_shape) override {
-    check_param_shape("muon", full_shape_, param_shape);
-    StateLoader in("muon", state, scalars);
-    at::Tensor buf = in.empty() ? at::Tensor() : in.take("momentum_buffer", full_shape_);
-    in.done();
-    buf_ = buf;
-  }
-
- private:
-  MuonOptions o_;
-  std::vector<int64_t> full_shape_;
-  at::Tensor buf_;
-};
-
-// Muon over an expert tensor [n, out, in] with one batched Newton–Schulz chain; everything else
-// (momentum, Nesterov, weight decay, the lr adjusted from the slice shape) element-wise as the
-// per-slice Muon, whose stacked state it keeps.
-class BatchedMuon final : public TensorOptimizer {
- public:
-  BatchedMuon(MuonOptions o, std::vector<int64_t> shape) : o_(std::move(o)), shape_(std::move(shape)) {
-    TORCH_CHECK(shape_.size() == 3, "muon: batched Newton–Schulz needs a 3-D expert tensor, got ", shape_.size(), "-D");
-    validate(o_);
-  }
-  OptimizerKind kind() const override { return OptimizerKind::muon; }
-  void step(at::Tensor& param, const at::Tensor& grad) override {
-    TORCH_CHECK(param.sizes() == grad.sizes() && param.sizes() == at::IntArrayRef(shape_), "muon: batched step of shape ",
-                at::IntArrayRef(shape_), " got a parameter of shape ", param.sizes(), " and a gradient of shape ", grad.sizes());
-    if (!buf_.defined()) buf_ = at::zeros_like(grad);
-    buf_.lerp_(grad, 1 - o_.momentum);
-    at::Tensor update = o_.nesterov ? grad.lerp(buf_, o_.momentum) : buf_;
-    update = newton_schulz_batched(update, o_);
-    const double adjusted = muon_adjusted_lr(o_.lr, o_.adjust_lr, shape_[1], shape_[2]);
+    update = batched_ ? newton_schulz_batched(update, o_) : newton_schulz(update, o_);
+    const size_t d = shape_.size();
+    const double adjusted = muon_adjusted_lr(o_.lr, o_.adjust_lr, shape_[d - 2], shape_[d - 1]);
     param.mul_(1 - o_.lr * o_.weight_decay);
     param.add_(update, -adjusted);
   }
@@ -205,6 +180,7 @@ class BatchedMuon final : public TensorOptimizer {
  private:
   MuonOptions o_;
   std::vector<int64_t> shape_;
+  bool batched_;
   at::Tensor buf_;
 };
 
@@ -568,7 +544,7 @@ class PerSlice final : public TensorOptimizer {
 }  // namespace
 
 std::unique_ptr<TensorOptimizer> make_batched_muon(const MuonOptions& options, std::vector<int64_t> shape) {
-  return std::make_unique<BatchedMuon>(options, std::move(shape));
+  return std::make_unique<Muon>(options, std::move(shape), /*batched=*/true);
 }
 
 std::unique_ptr<TensorOptimizer> make_per_slice(std::vector<std::unique_ptr<TensorOptimizer>> slices) {
@@ -576,7 +552,7 @@ std::unique_ptr<TensorOptimizer> make_per_slice(std::vector<std::unique_ptr<Tens
 }
 
 std::unique_ptr<TensorOptimizer> make_muon(const MuonOptions& options, std::vector<int64_t> full_shape) {
-  return std::make_unique<Muon>(options, std::move(full_shape));
+  return std::make_unique<Muon>(options, std::move(full_shape), /*batched=*/false);
 }
 
 std::unique_ptr<TensorOptimizer> make_adamw(const AdamWOptions& options) {
