@@ -50,6 +50,11 @@ our precondition_frequency:
     mul_(b2).addmm_(alpha=1-b2). They round alike when 1 - b2 is a power of two (the scaled
     product is then exact): the cases use b2 = 1 - 2^-4. Even then MKL rounds a fused addmm_ and
     mm + add_ differently for 8 x 8 outputs (not for 12 and up): no block side is below 16.
+ S11 [aligned] factor statistics when every factor has one shape: theirs one baddbmm_ over the
+    stacked unfoldings (preconditioner.py l.113-121; the axis-1 unfolding a contiguous copy of G^T);
+    ours, per factor, mul_(b2) and addmm_ on G and its transposed view. MKL's batched kernel rounds
+    differently from its GEMM on some CPUs (1 ulp for 32 x 32 on a Xeon with AVX-512 and AMX, none
+    on the AVX2 EPYC): aligned, the baddbmm_ runs as our ops (OurFactorStatistics).
  S3 [aligned] as above; and with b2 < 1 theirs lets the initial eps*I decay as b2^t (it is part of
     the EMA, preconditioner.py l.74-76 and l.128), while ours adds the full epsilon at every root.
  S4 [aligned] as above: compute_pre_conditioners() (preconditioner.py l.130-147) calls
@@ -200,6 +205,26 @@ class OurSecondMomentEma(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class OurFactorStatistics(TorchFunctionMode):
+    """S11: ScalableShampoo's one baddbmm_ over the stacked factors (all of one shape) executed as
+    ours: per block, L.mul_(b2).addmm_(G, G^T, alpha=w2) and R.mul_(b2).addmm_(G^T, G, alpha=w2)
+    with G contiguous and G^T its transposed view, in that order (the stack alternates each block's
+    axis-0 and axis-1 unfoldings)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.baddbmm_:
+            stats, left, right = args[0], args[1], args[2]
+            beta, alpha = kwargs.get("beta", 1.0), kwargs.get("alpha", 1.0)
+            assert stats.shape[0] % 2 == 0, "S11: expected an axis-0 and an axis-1 unfolding per block"
+            for i in range(stats.shape[0]):
+                g = left[i].contiguous() if i % 2 == 0 else right[i].contiguous()  # the block G itself
+                a, b = (g, g.mT) if i % 2 == 0 else (g.mT, g)
+                stats[i].mul_(beta).addmm_(a, b, beta=1.0, alpha=alpha)
+            return stats
+        return func(*args, **kwargs)
+
+
 class Patched:
     """Sets module attributes for the duration of a run."""
 
@@ -249,6 +274,7 @@ def run_external(c, load, run):
                               nesterov=False, diagonal_eps=o["grafting_epsilon"], matrix_eps=matrix_eps, use_svd=True)
         if aligned:
             patches.append((po_preconditioner.PreConditioner, "precondition_block", staticmethod(our_precondition_block)))
+            mode = OurFactorStatistics()
     else:
         shampoo_beta = None if o["shampoo_beta"] < 0 else o["shampoo_beta"]
         opt = SOAP([p], lr=o["lr"], betas=(o["beta1"], o["beta2"]), shampoo_beta=shampoo_beta,
