@@ -64,6 +64,8 @@ int main(int argc, char** argv) {
   add_verify_command(app, run);
   add_checkpoint_commands(app, run);
   add_dashboard_command(app, run);
+  add_calibrate_command(app, run);
+  add_simulate_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -11,12 +11,20 @@
 
 namespace mfsdp {
 
+PlannerOptions zero1_planner_options(PlannerOptions planner) {
+  planner.tail_policy = TailPolicy::owner;
+  planner.rules = {{"embed.weight", Role::owned_matrix}, {"head.weight", Role::owned_matrix}};
+  if (planner.planner == PlannerKind::explicit_assignment) planner.planner = PlannerKind::balanced;
+  planner.expert_ranges = 1;  // every tensor whole on one owner: an expert tensor is one range
+  return planner;
+}
+
 namespace {
 
 class Zero1Runner final : public PlacementRunner {
  public:
   Zero1Runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config, const ParamMap& init)
-      : model_(model), comm_(comm), plan_(make_plan(model.spec(), comm.world_size(), zero1_planner(config.planner))),
+      : model_(model), comm_(comm), plan_(make_plan(model.spec(), comm.world_size(), zero1_planner_options(config.planner))),
         precision_(config.runtime.precision) {
     {
       PhaseScope phase(comm_, Phase::other);
@@ -27,14 +35,6 @@ class Zero1Runner final : public PlacementRunner {
       if (owner_of(p.name) != comm_.rank()) continue;
       optimizers_.emplace(p.name, make_optimizer(config.runtime, p.name, matrix_kind(p.kind), p.shape));
     }
-  }
-
-  static PlannerOptions zero1_planner(PlannerOptions planner) {
-    planner.tail_policy = TailPolicy::owner;
-    planner.rules = {{"embed.weight", Role::owned_matrix}, {"head.weight", Role::owned_matrix}};
-    if (planner.planner == PlannerKind::explicit_assignment) planner.planner = PlannerKind::balanced;
-    planner.expert_ranges = 1;  // every tensor whole on one owner: an expert tensor is one range
-    return planner;
   }
 
   int owner_of(const std::string& name) const {

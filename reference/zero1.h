@@ -10,6 +10,10 @@
 
 namespace mfsdp {
 
+// The plan ZeRO-1 places whole tensors by: every tensor (embedding and head included) whole on
+// one owner, from the caller's planner (an explicit assignment becomes balanced).
+PlannerOptions zero1_planner_options(PlannerOptions planner);
+
 // Owners: hidden matrices as the planner places them; embedding, head and each unit's tail are
 // owned whole too (the planner balances them as items; they keep AdamW).
 std::unique_ptr<PlacementRunner> make_zero1_runner(const TransformerModel& model, Communicator& comm,

@@ -188,6 +188,23 @@ INSTANTIATE_TEST_SUITE_P(TiedBf16, TiedDifferential,
                                             ::testing::Values(Precision::bf16)),
                          grid_name);
 
+// The ungated MLP of the bench32 preset (two up projections concatenated, GELU, one down): a
+// block shape the simulator prices; the same planner/placement axis against the oracle.
+class UngatedDifferential : public ::testing::TestWithParam<GridParam> {};
+
+TEST_P(UngatedDifferential, EveryPlannerAndPlacementBitMatchesTheOracle) {
+  const auto [W, optimizer, precision] = GetParam();
+  TrainConfig base = base_config(optimizer, precision);
+  base.model.gated_mlp = false;
+  const std::vector<Variant> all = variants(base, W);
+  report(variants_against_oracle(base, W, all), summary("ungated", W, base, all.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Ungated, UngatedDifferential,
+                         ::testing::Combine(::testing::Values(3), ::testing::Values(OptimizerKind::muon),
+                                            ::testing::Values(Precision::fp32, Precision::bf16)),
+                         grid_name);
+
 // Mixture of experts (--experts 4 --top-k 2): every block's MLP routed over 3-D expert tensors cut
 // into expert ranges (0: one per rank while experts last, 1: whole, 2), the per-slice matrix
 // optimizers stepping each rank's experts. W 3 is plain MoE; W 5 keeps block 0 dense and adds a

@@ -290,7 +290,7 @@ class Shampoo final : public TensorOptimizer {
           b.right_root = matrix_inverse_root(b.right, 4, o_.epsilon);
         }
         direction = at::mm(at::mm(b.left_root, m_hat), b.right_root);
-        if (o_.adam_grafting) {
+        if (o_.adam_grafting && !direction.is_meta()) {  // meta: a traced step (sim/trace.h)
           const double shampoo_norm = at::linalg_vector_norm(direction, 2).item<double>();
           const double graft_norm = at::linalg_vector_norm(graft, 2).item<double>();
           if (shampoo_norm > 0) direction = direction * (graft_norm / shampoo_norm);

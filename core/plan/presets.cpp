@@ -21,6 +21,7 @@ const std::map<std::string, TransformerConfig>& presets() {
     // The public MatrixFSDP benchmark model: 32 layers, hidden 4096, intermediate 16384, 32 heads
     // (full multi-head attention); vocabulary 32000 as in Llama-2's tokenizer.
     t["bench32"] = {"bench32", 32000, 4096, 16384, 32, 32, 32, false, c10::kBFloat16};
+    t["bench32"].gated_mlp = false;  // the public benchmark's MLP: two 8192 x 4096 ups, GELU, 4096 x 16384 down
     t["llama3-8b"] = {"llama3-8b", 128256, 4096, 14336, 32, 32, 8, false, c10::kBFloat16};
     t["qwen2.5-32b"] = {"qwen2.5-32b", 152064, 5120, 27648, 64, 40, 8, true, c10::kBFloat16};
     t["llama3-70b"] = {"llama3-70b", 128256, 8192, 28672, 80, 64, 8, false, c10::kBFloat16};
@@ -65,6 +66,8 @@ ModelSpec transformer_spec(const TransformerConfig& c) {
   TORCH_CHECK(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "model ", c.name, ": heads ", c.heads,
               " is not a multiple of kv_heads ", c.kv_heads);
   TORCH_CHECK(c.vocab > 0 && c.intermediate > 0 && c.layers >= 0, "model ", c.name, ": sizes must be positive");
+  TORCH_CHECK(c.gated_mlp || c.intermediate % 2 == 0, "model ", c.name, ": the ungated MLP splits intermediate ",
+              c.intermediate, " into two up projections; it must be even");
   ModelSpec spec;
   spec.name = c.name;
   const int64_t q = c.heads * c.head_dim(), kv = c.kv_heads * c.head_dim();
@@ -112,6 +115,10 @@ ModelSpec transformer_spec(const TransformerConfig& c) {
         add(spec, unit, p + "moe.shared.up.weight", {s, c.hidden}, M, c.dtype);
         add(spec, unit, p + "moe.shared.down.weight", {c.hidden, s}, M, c.dtype);
       }
+    } else if (!c.gated_mlp) {
+      add(spec, unit, p + "mlp.up_a.weight", {c.intermediate / 2, c.hidden}, M, c.dtype);
+      add(spec, unit, p + "mlp.up_b.weight", {c.intermediate / 2, c.hidden}, M, c.dtype);
+      add(spec, unit, p + "mlp.down.weight", {c.hidden, c.intermediate}, M, c.dtype);
     } else {
       add(spec, unit, p + "mlp.gate.weight", {c.intermediate, c.hidden}, M, c.dtype);
       add(spec, unit, p + "mlp.up.weight", {c.intermediate, c.hidden}, M, c.dtype);

@@ -35,6 +35,10 @@ struct TransformerConfig {
   // always-on experts of that width as one dense SwiGLU MLP.
   int64_t experts = 0, top_k = 0, shared_experts = 0, moe_intermediate = 0, first_dense = 0;
   bool router_bias = false;
+  // The dense MLP: SwiGLU (gate, up, down) by default; false: the public MatrixFSDP benchmark's
+  // ungated MLP, two up projections [intermediate / 2, hidden] concatenated, GELU, and the down
+  // projection [hidden, intermediate].
+  bool gated_mlp = true;
 
   int64_t head_dim() const { return head_dim_override > 0 ? head_dim_override : hidden / heads; }
 };

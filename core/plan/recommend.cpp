@@ -21,8 +21,9 @@ std::vector<int> recommend_sweep_sizes(int max_w) {
 Recommendation recommend_world_size(const ModelSpec& spec, PlannerOptions options, const MemoryModelOptions& memory,
                                     double bound, int max_world_size) {
   if (options.planner == PlannerKind::explicit_assignment) options.planner = PlannerKind::balanced;
-  int owned = 0;  // roles do not depend on W: count them in a one-rank plan
-  for (const MatrixShard& s : make_plan(spec, 1, options).shards()) owned += s.role == Role::owned_matrix;
+  int owned = 0;  // roles do not depend on W: count them in a one-rank plan (an expert tensor: its experts)
+  for (const MatrixShard& s : make_plan(spec, 1, options).shards())
+    owned += s.role == Role::owned_matrix ? 1 : s.role == Role::expert_range ? static_cast<int>(s.shape[0]) : 0;
   Recommendation r;
   r.planner = options.planner;
   r.bound = bound;

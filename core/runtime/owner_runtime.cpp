@@ -306,7 +306,7 @@ void OwnerRuntime::finish_backward() {
   int64_t first_bad = 0;
   for (size_t i = 0; i < plan_.shards().size() && first_bad == 0; ++i) {
     at::Tensor g = units_[plan_.shards()[i].unit]->local_grad(static_cast<int>(i));
-    if (g.defined() && !at::isfinite(g).all().item<bool>()) first_bad = static_cast<int64_t>(i) + 1;
+    if (g.defined() && !g.is_meta() && !at::isfinite(g).all().item<bool>()) first_bad = static_cast<int64_t>(i) + 1;
   }
   // HSDP: one flag per rank of the whole mesh (replica-major), summed over the shard group and then
   // over the replicate group, so every replica decides alike (under dedup each sees only the

@@ -12,6 +12,7 @@
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/ones.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/silu.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
@@ -148,6 +149,10 @@ at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& input, const
   at::Tensor y = x + at::linear(attn, get(p, pre + "attn.o.weight"));
   h = rms_norm(y, get(p, pre + "mlp_norm.weight"));
   if (config_.experts > 0 && layer >= config_.first_dense) return y + experts(pre, h, p);
+  if (!config_.gated_mlp) {  // two up projections, concatenated, GELU, one down projection
+    at::Tensor up = at::cat({at::linear(h, get(p, pre + "mlp.up_a.weight")), at::linear(h, get(p, pre + "mlp.up_b.weight"))}, -1);
+    return y + at::linear(at::gelu(up), get(p, pre + "mlp.down.weight"));
+  }
   at::Tensor mlp = at::linear(at::silu(at::linear(h, get(p, pre + "mlp.gate.weight"))) * at::linear(h, get(p, pre + "mlp.up.weight")),
                               get(p, pre + "mlp.down.weight"));
   return y + mlp;

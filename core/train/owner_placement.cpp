@@ -52,7 +52,7 @@ class OwnerRunner : public PlacementRunner {
       x = rt_.after_forward(u, x);
     }
     r.forward_s = seconds_since(t0);
-    r.loss = x.item<double>();
+    r.loss = x.is_meta() ? 0.0 : x.item<double>();  // meta: a traced step (sim/trace.h)
     before_backward();
     t0 = std::chrono::steady_clock::now();
     x.backward();

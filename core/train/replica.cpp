@@ -21,7 +21,7 @@ std::chrono::steady_clock::time_point replica_forward_backward(const Transformer
     }
   }
   at::Tensor loss = model.loss(tokens, targets, compute);
-  r.loss = loss.item<double>();
+  r.loss = loss.is_meta() ? 0.0 : loss.item<double>();  // meta: a traced step (sim/trace.h)
   r.forward_s = seconds_since(t0);
   before_backward();
   const auto t1 = std::chrono::steady_clock::now();

@@ -29,7 +29,8 @@ nlohmann::json model_config_json(const TransformerConfig& m) {
   nlohmann::json j{{"name", m.name}, {"vocab", m.vocab}, {"hidden", m.hidden}, {"intermediate", m.intermediate},
                    {"layers", m.layers}, {"heads", m.heads}, {"kv_heads", m.kv_heads}, {"qkv_bias", m.qkv_bias},
                    {"dtype", c10::toString(m.dtype)}};
-  if (m.tie_embeddings) j["tie_embeddings"] = true;  // absent when untied: earlier checkpoints compare equal
+  if (m.tie_embeddings) j["tie_embeddings"] = true;
+  if (!m.gated_mlp) j["gated_mlp"] = false;  // absent for SwiGLU, likewise  // absent when untied: earlier checkpoints compare equal
   if (m.experts > 0) {  // absent for dense models, likewise
     j["experts"] = m.experts, j["top_k"] = m.top_k, j["shared_experts"] = m.shared_experts;
     j["moe_intermediate"] = m.moe_intermediate, j["first_dense"] = m.first_dense;

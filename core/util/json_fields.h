@@ -58,6 +58,14 @@ struct JsonFields {
     if (!v.is_object()) bad(in(key), "is not an object");
     return v;
   }
+  double number(const char* key, double lo, double hi) const {
+    const nlohmann::json& v = at(key);
+    if (!v.is_number()) bad(in(key), "is not a number");
+    const double x = v.get<double>();
+    if (!(x >= lo && x <= hi)) bad(in(key), std::to_string(x) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return x;
+  }
+  JsonFields fields(const char* key) const { return JsonFields{object(key), path, in(key), kind}; }
   JsonFields element(const char* key, size_t i) const {
     return JsonFields{array(key)[i], path, in(key) + "[" + std::to_string(i) + "]", kind};
   }

@@ -40,9 +40,14 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
 TEST(Presets, ParameterCountsOfTheProjectModels) {
   // tiny: 2 embeddings 256x64; per layer 4 x 64x64 + 3 x 128x64 + 2 norms of 64; final norm 64.
   EXPECT_EQ(preset("tiny", c10::kFloat).numel(), 2 * 256 * 64 + 2 * (4 * 64 * 64 + 3 * 128 * 64 + 2 * 64) + 64);
-  // bench32: vocabulary 32000, hidden 4096, intermediate 16384, 32 layers, full multi-head.
+  // bench32: vocabulary 32000, hidden 4096, 32 layers, full multi-head, the ungated MLP (two
+  // 8192 x 4096 ups, a 4096 x 16384 down): 201.3 M per layer, 6.44 B over the 32 layers.
   EXPECT_EQ(preset("bench32", c10::kBFloat16).numel(),
-            2LL * 32000 * 4096 + 32LL * (4LL * 4096 * 4096 + 3LL * 16384 * 4096 + 2 * 4096) + 4096);
+            2LL * 32000 * 4096 + 32LL * (4LL * 4096 * 4096 + 2LL * 8192 * 4096 + 4096LL * 16384 + 2 * 4096) + 4096);
+  int64_t layer0 = 0;
+  for (const ParamSpec& p : preset("bench32", c10::kBFloat16).params)
+    if (p.unit == "layers.0" && p.shape.size() == 2) layer0 += p.numel();
+  EXPECT_EQ(layer0, 201'326'592);
 }
 
 TEST(Presets, AliasesAndUnknownNames) {

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Scale sweeps of `mfsdp simulate` (docs/simulate.md): owner against each baseline for the 8B, 32B
+and 70B presets at W = 8 ... 1024 on the H100 profile, the cluster configuration (fast reduce,
+all-gather of even prefixes, fused attention, activation checkpointing, 4096 tokens per rank).
+Writes the JSON of every run and prints the markdown table docs/simulate.md shows.
+
+  python3 bench/simulate_sweeps.py build/mfsdp results/sim/sweeps.json
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+MODELS = ["llama3-8b", "qwen2.5-32b", "llama3-70b"]
+WORLD = [8, 64, 256, 1024]
+PLACEMENTS = ["owner", "reconstruct", "alltoall", "zero1"]
+FLAGS = ["--profile", "h100-8x-8ndr", "--fast", "--unshard", "allgather_even", "--fused-attention",
+         "--activation-checkpointing"]
+
+
+def main():
+    mfsdp, out = sys.argv[1], sys.argv[2]
+    runs = []
+    for model in MODELS:
+        cmd = [mfsdp, "simulate", "--model", model, "--json", *FLAGS]
+        for w in WORLD:
+            cmd += ["-w", str(w)]
+        for p in PLACEMENTS:
+            cmd += ["--placement", p]
+        res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+        for r in res:
+            r["model"] = model
+        runs += res
+        print(f"simulated {model}", file=sys.stderr)
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(out) or ".", delete=False) as f:
+        json.dump({"flags": FLAGS, "runs": runs}, f, indent=1)
+    os.replace(f.name, out)
+
+    by = {(r["model"], r["world_size"], r["placement"]): r for r in runs}
+    print("| model | W | owner opt ms | reconstruct | alltoall | zero1 | owner step s | owner peak GiB | simulate s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for model in MODELS:
+        for w in WORLD:
+            o = by[(model, w, "owner")]
+            opt = lambda p: by[(model, w, p)]["stages"]["optimizer"]["seconds"] * 1e3
+            sim = max(by[(model, w, p)]["simulate_s"] for p in PLACEMENTS)
+            print(f"| {model} | {w} | {opt('owner'):.1f} | {opt('reconstruct'):.0f} ({opt('reconstruct') / opt('owner'):.0f}x) "
+                  f"| {opt('alltoall'):.1f} ({opt('alltoall') / opt('owner'):.1f}x) | {opt('zero1'):.1f} "
+                  f"| {o['step_s']:.2f} | {o['memory']['peak_bytes'] / 2**30:.1f} | {sim:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+// `mfsdp simulate`: a placement's step at a world size, priced on a hardware profile
+// (sim/simulate.h, docs/simulate.md): the placement's traced collectives over an α-β model,
+// compute from FLOPs, memory from the memory model plus activations.
+#include "cli/commands.h"
+#include "cli/model_options.h"
+#include "core/plan/precision.h"
+#include "core/plan/presets.h"
+#include "core/sim/hardware.h"
+#include "sim/simulate.h"
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+namespace mfsdp::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model;
+  std::vector<int> world_sizes;
+  std::vector<std::string> placements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
+  std::string profile;
+  std::string planner = "balanced";
+  std::string tail_policy = "even";
+  std::string optimizer = "muon";
+  int ns_steps = 0;  // 0: Muon's default
+  std::string param_dtype, reduce_dtype;
+  bool fast = false;
+  std::string unshard = "broadcast";
+  int64_t batch = 1, seq = 4096;
+  bool checkpointing = false;
+  bool fused_attention = false;
+  std::string baseline_ns = "redundant";
+  bool json = false;
+};
+
+SimConfig make_sim_config(const SimulateArgs& a, Placement placement, int W, const HardwareProfile& profile) {
+  SimConfig s;
+  TrainConfig& c = s.train;
+  c.model = preset_config(a.model);
+  // As in `mfsdp plan`: no --param-dtype, everything in the preset's dtype; with it, fp32 masters.
+  if (a.param_dtype.empty()) {
+    c.runtime.precision.param_dtype = c.runtime.precision.reduce_dtype = c.model.dtype;
+  } else {
+    c.model.dtype = c10::kFloat;
+    c.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, "");
+  }
+  c.planner.planner = planner_kind_from_string(a.planner);
+  c.planner.tail_policy = tail_policy_from_string(a.tail_policy);
+  c.planner.optimizer = c.runtime.optimizer = optimizer_kind_from_string(a.optimizer);
+  if (a.ns_steps > 0) c.runtime.muon.ns_steps = a.ns_steps;
+  c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
+  c.runtime.unshard = a.unshard == "allgather_even" ? UnshardStrategy::allgather_even : UnshardStrategy::broadcast;
+  c.batch = a.batch;
+  c.seq = a.seq;
+  s.placement = placement;
+  s.world_size = W;
+  s.profile = profile;
+  s.activation_checkpointing = a.checkpointing;
+  s.fused_attention = a.fused_attention;
+  s.reconstruct_ns = a.baseline_ns == "sharded" ? SimConfig::ReconstructNs::sharded : SimConfig::ReconstructNs::redundant;
+  return s;
+}
+
+std::string ms(double s) {
+  char b[32];
+  std::snprintf(b, sizeof(b), s >= 10 ? "%.0f" : s >= 0.1 ? "%.1f" : "%.3f", s * 1e3);
+  return b;
+}
+
+int run_simulate(const SimulateArgs& a) {
+  HardwareProfile profile;
+  try {  // bad input: an unknown preset or placement, a missing or malformed profile
+    profile = load_hardware_profile(a.profile, MFSDP_PROFILE_DIR);
+    preset_config(a.model);
+    for (const std::string& p : a.placements) placement_from_string(p);
+  } catch (const c10::Error& e) {
+    throw UsageError(std::string("simulate: ") + e.what_without_backtrace());
+  }
+  nlohmann::json out = nlohmann::json::array();
+  std::vector<std::string> assumptions;  // every result's, each once, in order
+  for (int W : a.world_sizes) {
+    std::vector<SimResult> results;
+    for (const std::string& p : a.placements) {
+      results.push_back(simulate(make_sim_config(a, placement_from_string(p), W, profile)));
+      for (const std::string& s : results.back().assumptions)
+        if (std::find(assumptions.begin(), assumptions.end(), s) == assumptions.end()) assumptions.push_back(s);
+    }
+    if (a.json) {
+      for (const SimResult& r : results) out.push_back(to_json(r));
+      continue;
+    }
+    std::printf("%s on %s, W = %d (%d node%s), %lld x %lld tokens per rank\n", a.model.c_str(), profile.name.c_str(), W,
+                results[0].nodes, results[0].nodes == 1 ? "" : "s", static_cast<long long>(a.batch),
+                static_cast<long long>(a.seq));
+    std::printf("  %-22s %8s %8s %8s %9s %8s %6s %10s %10s %10s %4s\n", "placement", "fwd ms", "bwd ms", "opt ms",
+                "opt comm", "step ms", "colls", "resident", "activ.", "peak", "fits");
+    for (const SimResult& r : results) {
+      int64_t calls = 0;
+      for (const StageTime& st : r.stages) calls += st.calls;
+      auto gib = [](int64_t b) { return human_bytes(static_cast<double>(b), 1); };
+      std::printf("  %-22s %8s %8s %8s %9s %8s %6lld %10s %10s %10s %4s\n", r.placement.c_str(),
+                  ms(r.stages[0].seconds()).c_str(), ms(r.stages[1].seconds()).c_str(), ms(r.stages[2].seconds()).c_str(),
+                  ms(r.stages[2].comm_s).c_str(), ms(r.step_s).c_str(), static_cast<long long>(calls),
+                  gib(r.resident_bytes).c_str(), gib(r.activation_bytes).c_str(), gib(r.peak_bytes).c_str(),
+                  r.fits ? "yes" : "NO");
+    }
+    const SimResult* owner = nullptr;
+    for (const SimResult& r : results)
+      if (r.placement == "owner") owner = &r;
+    if (owner && owner->stages[2].seconds() > 0) {
+      for (const SimResult& r : results) {
+        if (&r == owner) continue;
+        std::printf("  optimizer step: %s / owner = %.1fx; step: %.2fx\n", r.placement.c_str(),
+                    r.stages[2].seconds() / owner->stages[2].seconds(), r.step_s / owner->step_s);
+      }
+    }
+    double slowest = 0;
+    for (const SimResult& r : results) slowest = std::max(slowest, r.trace_s);
+    std::printf("  simulated in %.3f s per placement at most\n", slowest);
+  }
+  if (a.json) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf("assumptions:\n");
+    for (const std::string& s : assumptions) std::printf("  - %s\n", s.c_str());
+    std::printf("  - profile %s: %s\n", profile.name.c_str(), profile.description.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_simulate_command(CLI::App& app, Action& run) {
+  auto* cmd = app.add_subcommand("simulate", "Predict a placement's step time and memory per rank on a hardware profile");
+  auto a = std::make_shared<SimulateArgs>();
+  cmd->add_option("--model", a->model, "Preset (mfsdp plan --help lists them)")->required();
+  cmd->add_option("-w,--world-size", a->world_sizes, "Ranks (repeatable)")->required()->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--placement", a->placements, "owner | reconstruct | alltoall | zero1 | ddp (repeatable; default all)");
+  cmd->add_option("--profile", a->profile, "Hardware profile: a name in sim/profiles or a JSON file")->required();
+  cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
+  cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
+  cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw");
+  cmd->add_option("--ns-steps", a->ns_steps, "Muon's Newton–Schulz iterations (default 5)")->check(CLI::Range(1, 100));
+  cmd->add_option("--param-dtype", a->param_dtype, "fp32 | bf16: fp32 masters, compute copies in this dtype (default: all in the preset's dtype)");
+  cmd->add_option("--reduce-dtype", a->reduce_dtype, "fp32 | bf16: gradient reduction dtype (with --param-dtype)");
+  cmd->add_flag("--fast", a->fast, "Native reduce-scatter + reduce instead of the deterministic rank-order reduce");
+  cmd->add_option("--unshard", a->unshard, "broadcast | allgather_even")->check(CLI::IsMember({"broadcast", "allgather_even"}));
+  cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--activation-checkpointing", a->checkpointing, "Recompute each block in backward (activations: block inputs only)");
+  cmd->add_flag("--fused-attention", a->fused_attention, "Activations without the S x S attention scores (flash attention)");
+  cmd->add_option("--baseline-ns", a->baseline_ns,
+                  "reconstruct's Newton–Schulz: redundant (all-gather, NS on every rank; traced) | sharded (NS on row shards with "
+                  "implicit gathers; priced from a formula)")
+      ->check(CLI::IsMember({"redundant", "sharded"}));
+  cmd->add_flag("--json", a->json, "One JSON object per placement and world size");
+  cmd->callback([&run, a] { run = [a] { return run_simulate(*a); }; });
+}
+
+}  // namespace mfsdp::cli

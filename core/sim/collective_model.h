@@ -1,0 +1,40 @@
+// The α-β time of one collective on a hardware profile (core/sim/hardware.h), shaped like NCCL's
+// tuning model for its Ring/Simple algorithm. With n ranks in the group spread over k nodes:
+//   latency    base + (ring steps - inter steps) * intra hop + inter steps * inter hop
+//   bandwidth  the intra-node bus bandwidth, or the inter-node one when the group spans nodes
+//   all-gather, reduce-scatter  n - 1 steps (k - 1 inter-node);   S (n - 1) / n / busbw
+//   all-reduce                  2 (n - 1) steps (2 (k - 1));      2 S (n - 1) / n / busbw
+//   broadcast, reduce           n - 1 steps (k - 1), pipelined;   S / busbw
+//   all-to-all                  one step (inter-node when k > 1); each rank's bytes to its node's
+//                               peers over the intra link, and its node's bytes to other nodes
+//                               over the node's share of the inter link, whichever is slower
+// S is the collective's size (see CollectiveCall). A group of one rank costs nothing. A kind the
+// profile has a measured fit for (mfsdp calibrate) uses the fit's base, hop and bandwidth inside a node.
+#pragma once
+
+#include "core/sim/hardware.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace mfsdp {
+
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::broadcast;
+  std::vector<int> group;  // global ranks of the group, in group order
+  // broadcast, reduce, all-reduce: the tensor; all-gather: the gathered output; reduce-scatter:
+  // the input of one rank; all-to-all: the most bytes one rank sends to the others.
+  int64_t bytes = 0;
+};
+
+double collective_seconds(const CollectiveCall& call, const HardwareProfile& profile);
+
+// What the model reads of a group: its ranks, the nodes they span, and how many of them share the
+// first rank's node. Computed once per group, it prices any number of calls over it.
+struct GroupShape {
+  int ranks = 1, nodes = 1, local = 1;
+};
+GroupShape group_shape(const std::vector<int>& group, const HardwareProfile& profile);
+double collective_seconds(CollectiveKind kind, int64_t bytes, const GroupShape& group, const HardwareProfile& profile);
+
+}  // namespace mfsdp

@@ -1,0 +1,262 @@
+#include "sim/simulate.h"
+
+#include "core/plan/memory_model.h"
+#include "core/plan/planner.h"
+#include "core/sim/collective_model.h"
+#include "harness/placements.h"
+#include "reference/zero1.h"
+
+#include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+
+namespace mfsdp {
+namespace {
+
+// Multiply-adds of the optimizer step on each rank: which rank steps which tensor, per placement.
+//   owner   the plan's owners (the memory model's per-rank cost)
+//   zero1   the same, on ZeRO-1's whole-tensor plan
+//   reconstruct, ddp   every rank steps every tensor (Newton–Schulz redundantly on each; AdamW
+//           on its rows only under reconstruct)
+//   alltoall  matrix k of the even matrices on rank k mod W (the rounds of reference/alltoall.h);
+//           AdamW on every rank's rows
+std::vector<double> optimizer_macs_per_rank(const SimConfig& c, const ModelSpec& spec, const PlanUsage& owner_usage,
+                                            const MemoryModelOptions& mm) {
+  const int W = c.world_size;
+  std::vector<double> macs(W, 0.0);
+  const OptimizerKind matrix_opt = c.train.runtime.optimizer;
+  auto cost_of = [&](const ParamSpec& p, OptimizerKind kind) {
+    const int64_t rows = p.shape.size() >= 2 ? p.shape[p.shape.size() - 2] : 1, cols = p.shape.back();
+    const int64_t slices = p.shape.size() == 3 ? p.shape[0] : 1;
+    return slices * optimizer_step_cost(kind, rows, cols, mm.cost);
+  };
+  auto is_matrix = [](const ParamSpec& p) { return matrix_kind(p.kind); };
+  switch (c.placement) {
+    case Placement::owner:
+      for (const RankUsage& r : owner_usage.ranks) macs[r.rank] = r.optimizer_cost;
+      break;
+    case Placement::zero1: {
+      const OwnershipPlan plan = make_plan(spec, W, zero1_planner_options(c.train.planner));
+      const PlanUsage usage = plan_usage(plan, mm);
+      for (const RankUsage& r : usage.ranks) macs[r.rank] = r.optimizer_cost;
+      break;
+    }
+    case Placement::ddp:
+      for (const ParamSpec& p : spec.params)
+        for (double& m : macs) m += cost_of(p, is_matrix(p) ? matrix_opt : OptimizerKind::adamw);
+      break;
+    case Placement::reconstruct:
+    case Placement::alltoall: {
+      int k = 0;
+      for (const ParamSpec& p : spec.params) {
+        if (!is_matrix(p)) {
+          for (double& m : macs) m += cost_of(p, OptimizerKind::adamw) / W;
+          continue;
+        }
+        const double cost = cost_of(p, OptimizerKind::muon);
+        if (c.placement == Placement::reconstruct && c.reconstruct_ns == SimConfig::ReconstructNs::sharded) {
+          for (double& m : macs) m += cost / W;  // each rank its rows of every product
+        } else if (c.placement == Placement::reconstruct) {
+          for (double& m : macs) m += cost;
+        } else {
+          macs[k++ % W] += cost;
+        }
+      }
+      break;
+    }
+  }
+  return macs;
+}
+
+const char* memory_placement_name(Placement p) {
+  switch (p) {
+    case Placement::owner: return "owner";
+    case Placement::reconstruct:
+    case Placement::alltoall: return "zero3";
+    case Placement::zero1: return "zero1";
+    case Placement::ddp: return "ddp";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown Placement");
+}
+
+}  // namespace
+
+double forward_flops(const TransformerConfig& m, int64_t batch, int64_t seq) {
+  const TransformerModel model(m);
+  double weights = 0;  // elements of the weights every token multiplies with
+  for (const ParamSpec& p : model.spec().params) {
+    if (p.shape.size() != 2 || p.kind == ParamKind::embedding) continue;
+    weights += static_cast<double>(p.numel());
+  }
+  if (m.tie_embeddings) weights += static_cast<double>(m.vocab * m.hidden);  // the head's matmul
+  const double tokens = static_cast<double>(batch * seq);
+  const double attention = 4.0 * static_cast<double>(m.layers) * batch * static_cast<double>(seq) * seq *
+                           static_cast<double>(m.heads * m.head_dim());
+  return 2.0 * weights * tokens + attention;
+}
+
+int64_t activation_bytes(const TransformerConfig& m, int64_t batch, int64_t seq, c10::ScalarType dtype, bool checkpointing,
+                         bool fused_attention) {
+  // Per layer, in 16-bit elements (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+  // Large Transformer Models", eq. 1 without dropout masks): attention 10·s·b·h + 5·a·s²·b (scores
+  // and softmax; fused attention keeps neither), two norms 4·s·b·h, the SwiGLU MLP's input, gate,
+  // up and product 2·s·b·h + 6·s·b·I (ungated: input, the ups' output and GELU's, 2·s·b·h + 4·s·b·I).
+  // Scaled from 2 bytes to the compute dtype's size.
+  const double s = static_cast<double>(seq), b = static_cast<double>(batch), h = static_cast<double>(m.hidden);
+  const double I = static_cast<double>(m.intermediate), a = static_cast<double>(m.heads);
+  const double mlp = 2 * s * b * h + (m.gated_mlp ? 6 : 4) * s * b * I;  // ungated: the ups' output and GELU's
+  const double scores = fused_attention ? 0 : 5 * a * s * s * b;
+  const double per_layer = (10 * s * b * h + scores + 4 * s * b * h + mlp) *
+                           static_cast<double>(c10::elementSize(dtype)) / 2;
+  const double logits = 2.0 * s * b * static_cast<double>(m.vocab) * 4;  // fp32 logits and their softmax
+  const double L = static_cast<double>(m.layers);
+  const double total = checkpointing ? L * s * b * h * static_cast<double>(c10::elementSize(dtype)) + per_layer + logits
+                                     : L * per_layer + logits;
+  return static_cast<int64_t>(total);
+}
+
+SimResult simulate(const SimConfig& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const HardwareProfile& hw = c.profile;
+  const int W = c.world_size;
+  TORCH_CHECK(W >= 1, "simulate: world size ", W, " (needs at least 1)");
+  SimResult r;
+  r.placement = to_string(c.placement);
+  r.world_size = W;
+  r.nodes = (W + hw.ranks_per_node - 1) / hw.ranks_per_node;
+  r.profile = hw.name;
+
+  const TransformerModel model(c.train.model);
+  MemoryModelOptions mm;
+  mm.optimizer = c.train.runtime.optimizer;
+  mm.cost = OptimizerCostConfig(c.train.runtime);
+  mm.precision = c.train.runtime.precision;
+  const OwnershipPlan owner_plan = make_plan(model.spec(), W, c.train.planner);
+  const PlanUsage usage = plan_usage(owner_plan, mm);
+  // The rank traced: the one with the most optimizer work (every rank issues the same collectives
+  // and computes the same forward and backward; the optimizer step is what differs).
+  const std::vector<double> macs = optimizer_macs_per_rank(c, model.spec(), usage, mm);
+  const int busiest = static_cast<int>(std::max_element(macs.begin(), macs.end()) - macs.begin());
+
+  TrainConfig tc = c.train;
+  apply_placement(c.placement, tc);
+  const StepTrace trace = trace_step(tc, W, busiest);
+  r.traced_rank = busiest;
+  r.traced_collectives = static_cast<int64_t>(trace.collectives.size());
+
+  std::vector<int> world(W);
+  std::iota(world.begin(), world.end(), 0);
+  const GroupShape world_shape = group_shape(world, hw);
+  const bool sharded_ns = c.placement == Placement::reconstruct && c.reconstruct_ns == SimConfig::ReconstructNs::sharded;
+  if (sharded_ns) r.placement = "reconstruct/sharded-ns";
+  auto price = [&](Stage stage, CollectiveKind kind, int64_t bytes) {
+    StageTime& st = r.stages[static_cast<int>(stage)];
+    ++st.calls;
+    st.bytes += bytes;
+    st.comm_s += collective_seconds(kind, bytes, world_shape, hw);
+  };
+  for (const TracedCollective& t : trace.collectives) {
+    if (sharded_ns && t.stage == Stage::optimizer) continue;  // replaced below
+    price(t.stage, t.kind, t.bytes);
+  }
+
+  // Compute: the traced rank's matrix-product FLOPs at the matmul rate of their dtype, plus its
+  // dispatched operators at the profile's per-operator cost. Ranks of a node beyond its compute
+  // slots share them (a CPU: ranks are threads).
+  const int ranks_here = std::min(W, hw.ranks_per_node);
+  const double share = std::max(1.0, static_cast<double>(ranks_here) / hw.compute_slots_per_node);
+  auto seconds_of = [&](const StageCompute& sc) {
+    return (sc.flops_bf16 / hw.matmul_bf16_flops + sc.flops_fp32 / hw.matmul_fp32_flops +
+            static_cast<double>(sc.ops) * hw.op_overhead_s) * share;
+  };
+  for (int s = 0; s < kNumStages; ++s) {
+    r.stages[s].compute_s = seconds_of(trace.compute[s]);
+    r.stages[s].flops = trace.compute[s].flops_bf16 + trace.compute[s].flops_fp32;
+    r.stages[s].ops = trace.compute[s].ops;
+  }
+  if (c.activation_checkpointing) {  // backward recomputes each block's forward
+    r.stages[1].compute_s += r.stages[0].compute_s;
+    r.stages[1].flops += r.stages[0].flops;
+    r.stages[1].ops += r.stages[0].ops;
+  }
+  r.optimizer_flops_busiest_rank = r.stages[2].flops;
+  if (sharded_ns && W > 1) {
+    r.traced_optimizer = false;
+    for (const ParamSpec& p : model.spec().params) {
+      if (!matrix_kind(p.kind) || p.shape.size() != 2) continue;
+      const int64_t m = std::min(p.shape[0], p.shape[1]), n = std::max(p.shape[0], p.shape[1]);
+      price(Stage::optimizer, CollectiveKind::allreduce, 4);
+      for (int it = 0; it < c.train.runtime.muon.ns_steps; ++it) {
+        price(Stage::optimizer, CollectiveKind::allgather, m * n * 2);
+        price(Stage::optimizer, CollectiveKind::allgather, m * m * 2);
+      }
+    }
+    // Each rank its rows of every product: the cost model's multiply-adds over W, in bf16.
+    r.optimizer_flops_busiest_rank = 2 * macs[busiest];
+    r.stages[2].flops = r.optimizer_flops_busiest_rank;
+    r.stages[2].compute_s = r.optimizer_flops_busiest_rank / hw.matmul_bf16_flops * share;
+  }
+  for (const StageTime& st : r.stages) r.step_s += st.seconds();
+
+  const std::string mem_name = memory_placement_name(c.placement);
+  for (const PlacementMemory& pm : usage.placements) {
+    if (pm.placement != mem_name) continue;
+    r.resident_bytes = pm.max_resident_bytes;
+    r.transient_bytes = pm.max_peak_bytes - pm.max_resident_bytes;
+  }
+  r.activation_bytes = activation_bytes(c.train.model, c.train.batch, c.train.seq, c.train.runtime.precision.param_dtype,
+                                        c.activation_checkpointing, c.fused_attention);
+  r.peak_bytes = r.resident_bytes + r.transient_bytes + r.activation_bytes;
+  r.fits = r.peak_bytes <= hw.device_memory_bytes;
+
+  r.assumptions = {
+      "collectives: the traced step's own, in order, priced one after another (no overlap with compute)",
+      "ranks node-major, " + std::to_string(hw.ranks_per_node) + " per node",
+      "uneven all-to-alls priced at their busiest rank, every rank's splits shaped like rank 0's",
+      "compute: the traced rank's matrix-product FLOPs at the profile's matmul rate for their dtype, plus its ATen "
+      "operators at the profile's per-operator cost" +
+          std::string(c.activation_checkpointing ? "; checkpointing adds one forward to the backward" : ""),
+      "the traced rank: the one with the most optimizer work by the cost model",
+      std::string("activations: Korthikanti et al. 2022 (no dropout), ") +
+          (c.fused_attention ? "fused attention (no S² scores kept)" : "scores and softmax kept (the model's attention)"),
+  };
+  if (c.placement == Placement::reconstruct && !sharded_ns)
+    r.assumptions.push_back("reconstruct: one all-gather per matrix in the step, Newton–Schulz on every rank (reference/reconstruct.h, traced)");
+  if (sharded_ns)
+    r.assumptions.push_back("reconstruct (sharded NS, priced from a formula, not traced): per matrix an all-reduce of the norm and per "
+                            "iteration all-gathers of X (m·n) and X·Xᵀ (m·m) in bf16; each rank computes 1/W of every product");
+  if (c.placement == Placement::ddp)
+    r.assumptions.push_back("ddp: the oracle's gradient all-gather per parameter (summed in rank order), not an all-reduce");
+  r.trace_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+nlohmann::json to_json(const SimResult& r) {
+  nlohmann::json j;
+  j["placement"] = r.placement;
+  j["world_size"] = r.world_size;
+  j["nodes"] = r.nodes;
+  j["profile"] = r.profile;
+  for (int s = 0; s < kNumStages; ++s) {
+    const StageTime& st = r.stages[s];
+    j["stages"][to_string(static_cast<Stage>(s))] = {{"collectives", st.calls}, {"bytes", st.bytes},
+                                                     {"comm_s", st.comm_s},     {"compute_s", st.compute_s},
+                                                     {"flops", st.flops},       {"ops", st.ops},
+                                                     {"seconds", st.seconds()}};
+  }
+  j["step_s"] = r.step_s;
+  j["optimizer_flops_busiest_rank"] = r.optimizer_flops_busiest_rank;
+  j["memory"] = {{"resident_bytes", r.resident_bytes}, {"transient_bytes", r.transient_bytes},
+                 {"activation_bytes", r.activation_bytes}, {"peak_bytes", r.peak_bytes}, {"fits", r.fits}};
+  j["traced_rank"] = r.traced_rank;
+  j["traced_collectives"] = r.traced_collectives;
+  j["optimizer_collectives_traced"] = r.traced_optimizer;
+  j["simulate_s"] = r.trace_s;
+  j["assumptions"] = r.assumptions;
+  return j;
+}
+
+}  // namespace mfsdp

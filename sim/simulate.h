@@ -1,0 +1,81 @@
+// `mfsdp simulate` (docs/simulate.md): one training step of a placement at a world size, priced on
+// a hardware profile.
+//   collectives  the placement's own, in order, from a traced step (sim/trace.h), each priced by
+//                the α-β model (core/sim/collective_model.h) over the world's ranks (node-major)
+//   compute      from the same traced step: the matrix-product FLOPs it dispatched, per stage and
+//                dtype, over the profile's matmul rates, plus its ATen operators times the
+//                profile's per-operator cost; the rank traced is the one the cost model
+//                (core/plan/optimizer_cost.h) gives the most optimizer work
+//   memory       the memory model (core/plan/memory_model.h) plus activations
+// Phases add up: nothing overlaps (the deterministic runtime waits on each collective in turn).
+#pragma once
+
+#include "core/sim/hardware.h"
+#include "core/train/trainer.h"
+#include "sim/trace.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace mfsdp {
+
+struct SimConfig {
+  TrainConfig train;  // model, planner, optimizer, precision, reduce mode, batch and seq per rank
+  Placement placement = Placement::owner;
+  int world_size = 8;
+  HardwareProfile profile;
+  bool activation_checkpointing = false;
+  bool fused_attention = false;  // activations without the S x S scores (the model keeps them)
+  // The reconstruct placement's Newton–Schulz: `redundant` is reference/reconstruct.h as traced
+  // (one all-gather of each matrix's update input, Newton–Schulz on every rank); `sharded` prices
+  // Newton–Schulz on row-sharded tensors with implicit gathers (FSDP2 DTensor style), which no
+  // placement here runs: per matrix an all-reduce of the norm, then per iteration an all-gather of
+  // X (m·n) and of A = X·Xᵀ (m·m) in bf16, each rank computing its rows of every product (1/W).
+  enum class ReconstructNs { redundant, sharded } reconstruct_ns = ReconstructNs::redundant;
+};
+
+struct StageTime {
+  int64_t calls = 0;
+  int64_t bytes = 0;        // priced bytes of its collectives
+  double comm_s = 0;
+  double compute_s = 0;
+  double flops = 0;  // matrix products of the traced rank
+  int64_t ops = 0;   // ATen operators it dispatched
+  double seconds() const { return comm_s + compute_s; }
+};
+
+struct SimResult {
+  std::string placement;
+  int world_size = 0;
+  int nodes = 0;
+  std::string profile;
+  std::array<StageTime, kNumStages> stages{};
+  double step_s = 0;
+  double optimizer_flops_busiest_rank = 0;
+  // Per rank, the largest: parameters + gradients + optimizer state between steps; the gathered
+  // buffers at their peak; activations of one micro-batch; their sum, and whether it fits.
+  int64_t resident_bytes = 0, transient_bytes = 0, activation_bytes = 0, peak_bytes = 0;
+  bool fits = true;
+  int traced_rank = 0;
+  int64_t traced_collectives = 0;
+  double trace_s = 0;  // time to trace and price (the simulator's own cost)
+  std::vector<std::string> assumptions;
+  bool traced_optimizer = true;  // false: the optimizer stage's collectives were priced from a formula
+};
+
+SimResult simulate(const SimConfig& config);
+
+// Forward FLOPs of one rank's micro-batch (batch x seq tokens) by formula: 2·N·tokens over the
+// weights every token multiplies with, plus attention 4·L·B·S²·(heads·head_dim). The traced
+// forward dispatches exactly these (a test checks it).
+double forward_flops(const TransformerConfig& model, int64_t batch, int64_t seq);
+// Activation bytes of one rank's micro-batch (Korthikanti et al. 2022, adapted to the MLP).
+int64_t activation_bytes(const TransformerConfig& model, int64_t batch, int64_t seq, c10::ScalarType dtype,
+                         bool checkpointing, bool fused_attention);
+
+nlohmann::json to_json(const SimResult& result);
+
+}  // namespace mfsdp

@@ -1,0 +1,166 @@
+#include "sim/trace.h"
+
+#include "harness/placements.h"
+#include "sim/tracing_backend.h"
+
+#include <ATen/ops/empty.h>
+#include <ATen/WrapDimUtils.h>
+#include <ATen/record_function.h>
+#include <torch/library.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+namespace mfsdp {
+
+const char* to_string(Stage stage) {
+  switch (stage) {
+    case Stage::forward: return "forward";
+    case Stage::backward: return "backward";
+    case Stage::optimizer: return "optimizer";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown Stage");
+}
+
+namespace {
+
+// Meta (shape-only) kernels for the operators the step runs that libtorch's C++ build has none
+// for (PyTorch registers them from Python): without them a traced step stops at the first one.
+at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  std::vector<int64_t> sizes = self.sizes().vec();
+  if (self.dim() > 0) sizes[at::maybe_wrap_dim(dim, self.dim())] = index.numel();
+  return at::empty(sizes, self.options());
+}
+
+at::Tensor embedding_dense_backward_meta(const at::Tensor& grad, const at::Tensor&, c10::SymInt num_weights, c10::SymInt, bool) {
+  return at::empty({num_weights.expect_int(), grad.size(-1)}, grad.options());
+}
+
+TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("index_select", index_select_meta);
+  m.impl("embedding_dense_backward", embedding_dense_backward_meta);
+}
+
+std::atomic<ComputeCounter*> g_counter{nullptr};
+thread_local int t_depth = 0;  // operators entered and not yet left on this thread
+
+double dim(const c10::IValue& v, int64_t d) { return static_cast<double>(v.toTensor().size(d)); }
+
+// FLOPs of a matrix product and whether its operands are 16-bit; 0 for any other operator.
+double product_flops(const at::RecordFunction& fn, bool& half) {
+  const std::string_view name = fn.name();
+  const auto in = fn.inputs();
+  auto operands = [&](size_t a, size_t b) -> std::pair<const c10::IValue*, const c10::IValue*> {
+    if (in.size() <= b || !in[a].isTensor() || !in[b].isTensor()) return {nullptr, nullptr};
+    return {&in[a], &in[b]};
+  };
+  std::pair<const c10::IValue*, const c10::IValue*> ab{nullptr, nullptr};
+  bool batched = false;
+  if (name == "aten::mm") ab = operands(0, 1);
+  else if (name == "aten::addmm") ab = operands(1, 2);
+  else if (name == "aten::bmm") ab = operands(0, 1), batched = true;
+  else if (name == "aten::baddbmm") ab = operands(1, 2), batched = true;
+  if (!ab.first) return 0;
+  const at::ScalarType t = ab.first->toTensor().scalar_type();
+  half = t == at::kBFloat16 || t == at::kHalf;
+  const int o = batched ? 1 : 0;
+  const double batch = batched ? dim(*ab.first, 0) : 1.0;
+  return 2.0 * batch * dim(*ab.first, o) * dim(*ab.first, o + 1) * dim(*ab.second, o + 1);
+}
+
+std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  const int depth = t_depth++;
+  if (ComputeCounter* c = g_counter.load()) {
+    bool half = false;
+    const double flops = product_flops(fn, half);
+    c->count(depth == 0, flops, half);
+  }
+  return nullptr;
+}
+
+void on_leave(const at::RecordFunction&, at::ObserverContext*) { --t_depth; }
+
+}  // namespace
+
+ComputeCounter::ComputeCounter(const RecordingBackend* backend) : backend_(backend) {
+  ComputeCounter* none = nullptr;
+  TORCH_CHECK(g_counter.compare_exchange_strong(none, this), "trace: compute is already being counted");
+  handle_ = at::addGlobalCallback(
+      at::RecordFunctionCallback(on_enter, on_leave).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+}
+
+ComputeCounter::~ComputeCounter() {
+  at::removeCallback(handle_);
+  g_counter.store(nullptr);
+}
+
+void ComputeCounter::backward_begins() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  backward_ = true;
+}
+
+void ComputeCounter::count(bool outermost, double flops, bool half) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const Phase phase = backend_ ? backend_->phase() : Phase::other;
+  const Stage stage = phase == Phase::optimizer_step || phase == Phase::update_broadcast ? Stage::optimizer
+                      : backward_                                                     ? Stage::backward
+                                                                                      : Stage::forward;
+  StageCompute& s = stages_[static_cast<int>(stage)];
+  if (outermost) ++s.ops;
+  (half ? s.flops_bf16 : s.flops_fp32) += flops;
+}
+
+StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
+  TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "simulate: rank ", rank, " is not in a world of ",
+              world_size);
+  TORCH_CHECK(config_in.runtime.replicas == 1, "simulate: HSDP meshes (--replicas ", config_in.runtime.replicas,
+              ") are not traced yet");
+  TORCH_CHECK(config_in.model.experts == 0, "simulate: MoE models are not traced yet (the dispatch reads token counts)");
+  const auto t0 = std::chrono::steady_clock::now();
+  TrainConfig config = config_in;
+  config.runtime.device = at::kMeta;
+  TransformerModel model(config.model, config.runtime.precision.output_dtype);
+  ParamMap init;
+  for (const ParamSpec& p : model.spec().params)
+    init.emplace(p.name, at::empty(p.shape, at::TensorOptions().dtype(p.dtype).device(at::kMeta)));
+
+  auto tracer = c10::make_intrusive<TracingBackend>(rank, world_size);
+  Communicator comm(tracer);
+  comm.backend().record_events(true);
+  std::unique_ptr<PlacementRunner> runner = make_runner(model, comm, config, init);
+  comm.backend().clear_events();
+  const size_t before = tracer->calls().size();
+
+  const auto ids = at::TensorOptions().dtype(at::kLong).device(at::kMeta);
+  at::Tensor tokens = at::empty({config.batch, config.seq}, ids), targets = at::empty({config.batch, config.seq}, ids);
+  StepTrace trace;
+  size_t backward_from = 0;
+  {
+    ComputeCounter counter(&comm.backend());
+    runner->step(tokens, targets, [&] {
+      backward_from = tracer->calls().size();
+      counter.backward_begins();
+    });
+    trace.compute = counter.stages();
+  }
+
+  trace.world_size = world_size;
+  trace.rank = rank;
+  size_t k = before;
+  for (const BackendEvent& e : comm.backend().events()) {
+    if (!e.collective) continue;
+    TORCH_INTERNAL_ASSERT(k < tracer->calls().size(), "trace: the recording backend logged a collective the tracer never saw");
+    const Stage stage = e.phase == Phase::optimizer_step || e.phase == Phase::update_broadcast ? Stage::optimizer
+                        : k >= backward_from                                                   ? Stage::backward
+                                                                                               : Stage::forward;
+    const TracedCall& call = tracer->calls()[k++];
+    trace.collectives.push_back(TracedCollective{e.what, call.kind, e.phase, e.unit, stage, e.root, e.bytes, call.bytes});
+  }
+  TORCH_INTERNAL_ASSERT(k == tracer->calls().size(), "trace: the tracer saw collectives the recording backend did not log");
+  trace.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return trace;
+}
+
+}  // namespace mfsdp
