@@ -35,7 +35,7 @@ def main():
         print(f"simulated {model}", file=sys.stderr)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(out) or ".", delete=False) as f:
-        json.dump({"flags": FLAGS, "runs": runs}, f, indent=1)
+        json.dump({"format": "mfsdp-sim-sweep", "flags": FLAGS, "runs": runs}, f, indent=1)
     os.replace(f.name, out)
 
     by = {(r["model"], r["world_size"], r["placement"]): r for r in runs}

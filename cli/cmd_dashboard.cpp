@@ -1,7 +1,8 @@
 // `mfsdp dashboard RESULT.json [...] -o dashboard.html`: one self-contained HTML page (inline SVG,
 // no scripts, no network) from bench_step results: optimizer-step latency vs W per placement,
 // bytes per phase, memory per rank, planner imbalance, the ratios, every case, and the
-// environment of each result. Every chart's series carry data-chart / data-series attributes (and
+// environment of each result; and from `mfsdp simulate` sweeps (bench/simulate_sweeps.py) a
+// projection section per file: optimizer step, whole step and memory against W per placement. Every chart's series carry data-chart / data-series attributes (and
 // the raw results sit in a JSON script block), so tests and tools can read the page back.
 #include "cli/commands.h"
 #include "core/util/files.h"
@@ -225,11 +226,85 @@ nlohmann::json load_result(const std::string& path) {
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "dashboard: '", path, "' is not JSON: ", e.what());
   }
-  TORCH_CHECK(j.is_object() && j.value("format", std::string()) == "mfsdp-bench", "dashboard: '", path,
-              "' is not a bench_step result (format mfsdp-bench; write one with build/bench/bench_step --json FILE)");
+  const std::string format = j.is_object() ? j.value("format", std::string()) : std::string();
+  if (format == "mfsdp-sim-sweep") {
+    TORCH_CHECK(j.contains("runs") && j["runs"].is_array() && !j["runs"].empty(), "dashboard: '", path, "' lacks \"runs\"");
+    for (const auto& r : j["runs"])
+      for (const char* key : {"model", "placement", "world_size", "stages", "step_s", "memory", "assumptions"})
+        TORCH_CHECK(r.contains(key), "dashboard: '", path, "': a run lacks \"", key, "\"");
+    return j;
+  }
+  TORCH_CHECK(format == "mfsdp-bench", "dashboard: '", path,
+              "' is not a bench_step result (format mfsdp-bench; write one with build/bench/bench_step --json FILE) nor "
+              "simulate sweeps (format mfsdp-sim-sweep; bench/simulate_sweeps.py)");
   for (const char* key : {"environment", "cases", "ratios", "planner"})
     TORCH_CHECK(j.contains(key), "dashboard: '", path, "' lacks \"", key, "\"");
   return j;
+}
+
+// Projections (`mfsdp simulate` sweeps, bench/simulate_sweeps.py): per model, the optimizer stage
+// and the whole step of each placement against W, memory per rank, every run, and the assumptions.
+void render_sweep(std::ostringstream& o, const nlohmann::json& R, size_t f, const std::string& name) {
+  std::string profile = R["runs"][0].value("profile", std::string("?"));
+  o << "<h2>" << esc(name) << " — projected by mfsdp simulate on " << esc(profile) << "</h2>"
+    << "<p class=\"note\">Predicted, not measured: each placement's own step traced on meta tensors and priced on the "
+    << "hardware profile (docs/simulate.md). Flags: " << esc(R.value("flags", nlohmann::json::array()).dump()) << "</p>";
+  std::vector<std::string> models, placements;
+  std::set<int> ws;
+  for (const auto& r : R["runs"]) {
+    const std::string m = r["model"], p = r["placement"];
+    if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
+    if (std::find(placements.begin(), placements.end(), p) == placements.end()) placements.push_back(p);
+    ws.insert(r["world_size"].get<int>());
+  }
+  std::vector<std::string> wcats;
+  for (int W : ws) wcats.push_back("W=" + std::to_string(W));
+  auto value = [&](const std::string& m, const std::string& p, int W, const std::function<double(const nlohmann::json&)>& get) {
+    for (const auto& r : R["runs"])
+      if (r["model"] == m && r["placement"] == p && r["world_size"] == W) return get(r);
+    return std::nan("");
+  };
+  for (const std::string& m : models) {
+    const std::string tag = std::to_string(f) + "-" + m;
+    o << "<h3>Model " << esc(m) << "</h3><div class=\"charts\">";
+    std::vector<Series> opt, step, mem;
+    for (const std::string& p : placements) {
+      Series a{p, {}}, b{p, {}}, c{p, {}};
+      for (int W : ws) {
+        a.values.push_back(value(m, p, W, [](const nlohmann::json& r) { return r["stages"]["optimizer"]["seconds"].get<double>() * 1e3; }));
+        b.values.push_back(value(m, p, W, [](const nlohmann::json& r) { return r["step_s"].get<double>() * 1e3; }));
+        c.values.push_back(value(m, p, W, [](const nlohmann::json& r) { return r["memory"]["peak_bytes"].get<double>(); }));
+      }
+      opt.push_back(a), step.push_back(b), mem.push_back(c);
+    }
+    auto ms = [](double v) { return (v >= 100 ? num(v, 6) : num(v)) + " ms"; };
+    o << line_chart("proj-opt-" + tag, "Projected optimizer step vs W (" + m + ")", wcats, opt, "ms per step", "world size", ms);
+    o << line_chart("proj-step-" + tag, "Projected whole step vs W (" + m + ")", wcats, step, "ms per step", "world size", ms);
+    o << bar_chart("proj-memory-" + tag, "Projected peak bytes per rank (" + m + ")", wcats, mem, "bytes", "world size", bytes_text);
+    o << "</div>";
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : R["runs"]) {
+    const auto& st = r["stages"];
+    rows.push_back({r["model"].get<std::string>() + " / " + r["placement"].get<std::string>(), std::to_string(r["world_size"].get<int>()),
+                    num(st["forward"]["seconds"].get<double>() * 1e3), num(st["backward"]["seconds"].get<double>() * 1e3),
+                    num(st["optimizer"]["seconds"].get<double>() * 1e3), num(st["optimizer"]["comm_s"].get<double>() * 1e3),
+                    num(r["step_s"].get<double>() * 1e3), bytes_text(r["memory"]["peak_bytes"].get<double>()),
+                    r["memory"]["fits"].get<bool>() ? "yes" : "NO"});
+  }
+  o << "<h3>Every run</h3>"
+    << table({"model / placement", "W", "fwd ms", "bwd ms", "opt ms", "opt comm ms", "step ms", "peak / rank", "fits"}, rows,
+             "proj-runs-" + std::to_string(f));
+  o << "<h3>Assumptions</h3><ul class=\"note\">";
+  std::vector<std::string> seen;
+  for (const auto& r : R["runs"])
+    for (const auto& a : r["assumptions"]) {
+      const std::string s = a.get<std::string>();
+      if (std::find(seen.begin(), seen.end(), s) != seen.end()) continue;
+      seen.push_back(s);
+      o << "<li>" << esc(s) << "</li>";
+    }
+  o << "</ul>";
 }
 
 std::string render(const std::vector<nlohmann::json>& results, const std::vector<std::string>& names) {
@@ -248,6 +323,10 @@ std::string render(const std::vector<nlohmann::json>& results, const std::vector
   const std::vector<std::string> placements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
   for (size_t f = 0; f < results.size(); ++f) {
     const nlohmann::json& R = results[f];
+    if (R["format"] == "mfsdp-sim-sweep") {
+      render_sweep(o, R, f, names[f]);
+      continue;
+    }
     const nlohmann::json& env = R["environment"];
     o << "<h2>" << esc(names[f]) << " — " << esc(env.value("device", std::string("?"))) << ", "
       << esc(env.value("cpu", std::string("?"))) << "</h2>";
@@ -361,7 +440,7 @@ int run_dashboard(const DashboardArgs& a) {
 void add_dashboard_command(CLI::App& app, Action& run) {
   auto* cmd = app.add_subcommand("dashboard", "One self-contained HTML page (inline SVG) from bench_step --json results");
   auto a = std::make_shared<DashboardArgs>();
-  cmd->add_option("results", a->results, "bench_step result files (JSON)")->required();
+  cmd->add_option("results", a->results, "bench_step result files, or simulate sweeps (JSON)")->required();
   cmd->add_option("-o,--out", a->out, "Output HTML file (written atomically)");
   cmd->callback([&run, a] { run = [a] { return run_dashboard(*a); }; });
 }
