@@ -13,6 +13,7 @@ mfsdp=$1 n=${2:-50} seed=${3:-$RANDOM}
 RANDOM=$seed
 work=$(mktemp -d /tmp/mfsdp_kill_XXXXXX); trap 'rm -rf "$work"' EXIT
 ck=$work/ck steps=300 worst=0 fail=0
+final=$(printf 'step_%08d' "$steps")  # the last checkpoint's directory name
 echo "kill_loop: $n kills, seed $seed"
 session_procs() { ps -eo sid=,pid=,comm= | awk -v s="$1" '$1 == s && $3 != "ps" {print $2}'; }
 for i in $(seq 1 "$n"); do
@@ -48,14 +49,17 @@ for i in $(seq 1 "$n"); do
   [ "$code" = hang ] && verdict="HANG: the launcher still runs 15 s after its $what was killed"
   [ -n "$left" ] && verdict="ORPHANS: $(echo $left)"
   [ "$verdict" = ok ] && awk -v d="$dt" 'BEGIN { exit !(d > 10) }' && verdict="SLOW: ${dt}s"
-  [ "$verdict" = ok ] && [ "$code" = 0 ] && verdict="exit code 0 after a kill"
+  # Exit code 0 is right only when the run had already finished its last step as the kill landed.
+  if [ "$verdict" = ok ] && [ "$code" = 0 ] && [ "$(head -1 "$ck/latest" 2>/dev/null)" != "$final" ]; then
+    verdict="exit code 0 after a kill"
+  fi
   if [ "$verdict" = ok ] && [ -e "$ck/latest" ] && ! "$mfsdp" checkpoint inspect "$ck" >"$work/inspect.log" 2>&1; then
     verdict="CHECKPOINT: $(tail -1 "$work/inspect.log")"
   fi
   printf '  %2d: killed the %s after the run started; gone in %ss, exit code %s, latest %s: %s\n' "$i" "$what" "$dt" "$code" \
     "$(head -1 "$ck/latest" 2>/dev/null || echo none)" "$verdict"
   if [ "$verdict" != ok ]; then fail=$((fail + 1)); tail -5 "$work/run.log"; kill -9 $left 2>/dev/null; fi
-  [ -e "$ck/latest" ] && [ "$(head -1 "$ck/latest")" = "step_000000$steps" ] && rm -rf "$ck"  # finished: start over
+  [ -e "$ck/latest" ] && [ "$(head -1 "$ck/latest")" = "$final" ] && rm -rf "$ck"  # finished: start over
 done
 # Resume to the end.
 "$mfsdp" train -w 3 --launcher processes --steps $steps --checkpoint-dir "$ck" --checkpoint-every 1 --resume >"$work/final.log" 2>&1 \
