@@ -48,35 +48,9 @@ const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "
 // HSDP with 2 replica groups (docs/hsdp.md), at every even W >= 4: the owner runtime in both step
 // modes and FSDP2 HSDP + Muon (reconstruct, replicated).
 const std::vector<std::string> kHsdpPlacements{"hsdp2_owner_replicated", "hsdp2_owner_dedup", "hsdp2_reconstruct"};
-bool is_hsdp(const std::string& placement) { return placement.rfind("hsdp2_", 0) == 0; }
 
-TransformerConfig model_config(const std::string& name) {
-  TransformerConfig m = preset_config("tiny");
-  m.name = name;
-  if (name == "small") {
-    m.hidden = 128;
-    m.layers = 4;
-    m.intermediate = 512;
-  } else {
-    TORCH_CHECK(name == "tiny", "bench_step: unknown model '", name, "' (tiny, small)");
-  }
-  return m;
-}
-
-TrainConfig make_config(const std::string& placement, const std::string& model) {
-  TrainConfig c;  // the `mfsdp train` defaults (training_defaults() for every optimizer)
-  c.model = model_config(model);
-  c.batch = 4;
-  c.seq = 32;
-  if (is_hsdp(placement)) {
-    c.runtime.replicas = 2;
-    c.runtime.step_mode = placement == "hsdp2_owner_dedup" ? StepMode::dedup : StepMode::replicated;
-    apply_placement(placement == "hsdp2_reconstruct" ? Placement::reconstruct : Placement::owner, c);
-    return c;
-  }
-  apply_placement(placement_from_string(placement), c);
-  return c;
-}
+TransformerConfig model_config(const std::string& name) { return bench_model_config(name); }
+TrainConfig make_config(const std::string& placement, const std::string& model) { return bench_train_config(placement, model); }
 
 struct CaseResult {
   std::string model, placement;

@@ -1,15 +1,20 @@
 // `mfsdp calibrate`: this machine's collectives and matmul rate, measured and written as a hardware
 // profile for `mfsdp simulate` (docs/simulate.md). Collectives run over Gloo between thread ranks
 // (as bench_step's ranks do); each kind is timed at every world size and size given, the median of
-// --reps calls after a warm-up, and fitted by least squares to the model of collective_model.h:
+// --reps rounds after a warm-up (each round times every size once, 4 calls in a row, each after a
+// burst of compute on every rank, less the bursts timed alone), and fitted by least squares of
+// the relative error to the model of collective_model.h: across world sizes,
 // t = base + ring steps x hop + S x g / busbw (g: (n-1)/n for all-gather and reduce-scatter,
-// 2(n-1)/n for all-reduce, 1 for broadcast, reduce and all-to-all, whose one step folds into base).
+// 2(n-1)/n for all-reduce, 1 for broadcast, reduce and all-to-all, whose one step folds into base),
+// and at each measured world size on its own, t = latency + S x g / busbw (`at_ranks`).
 #include "cli/commands.h"
 #include "core/dist/communicator.h"
 #include "core/dist/ranks.h"
+#include "core/sim/collective_model.h"
 #include "core/sim/hardware.h"
 #include "core/train/model.h"
 #include "core/util/files.h"
+#include "sim/simulate.h"
 #include "sim/trace.h"
 
 #include <ATen/Parallel.h>
@@ -24,6 +29,8 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <map>
+#include <numeric>
 #include <thread>
 
 namespace mfsdp::cli {
@@ -34,7 +41,7 @@ struct CalibrateArgs {
   std::string name = "cpu-local";
   std::vector<int> world_sizes{2, 4, 8};
   std::vector<int64_t> sizes{4 << 10, 64 << 10, 512 << 10, 4 << 20};
-  int reps = 7;
+  int reps = 15;
   bool verbose = false;
 };
 
@@ -43,19 +50,26 @@ struct Sample {
   double bytes, seconds;
 };
 
-// The median time of one collective of `kind` moving `bytes` (CollectiveCall's meaning) on W ranks.
-Sample measure(CollectiveKind kind, int W, int64_t bytes, int reps) {
-  const int64_t n = std::max<int64_t>(W, bytes / 4 / W * W);  // fp32 elements, a multiple of W
-  std::vector<double> times;
+// Calls timed together between two barriers, so that the barriers' own cost is spread thin (a
+// step's collectives follow one another too).
+constexpr int kBackToBack = 4;
+// 64 x 64 x 64 products before each call: about a quarter of a millisecond of one core.
+constexpr int kBurstProducts = 40;
+
+// The median times of one collective of `kind` moving each of `sizes` bytes (CollectiveCall's
+// meaning) on W thread ranks: every round times each size once, in turn, so that what the machine
+// does meanwhile falls on every size alike.
+std::vector<Sample> measure(CollectiveKind kind, int W, const std::vector<int64_t>& sizes, int reps) {
+  std::vector<std::vector<double>> times(sizes.size());
+  std::vector<int64_t> elems;
+  for (int64_t bytes : sizes) elems.push_back(std::max<int64_t>(W, bytes / 4 / W * W));  // fp32, a multiple of W
   RanksOptions ranks;
   ranks.world_size = W;
-  ranks.timeout = std::chrono::seconds(60);
+  ranks.timeout = std::chrono::seconds(120);
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     Communicator comm(ctx.backend);
     const auto opts = at::TensorOptions().dtype(at::kFloat);
-    at::Tensor a = at::empty({n}, opts).fill_(1), b = at::empty({kind == CollectiveKind::allgather ? n * W : n}, opts);
-    at::Tensor chunk = at::empty({n / W}, opts);
-    auto once = [&] {
+    auto once = [&](int64_t n, at::Tensor& a, at::Tensor& b, at::Tensor& chunk) {
       switch (kind) {
         case CollectiveKind::broadcast: comm.broadcast(a, 0)->wait(); break;
         case CollectiveKind::reduce: comm.reduce_sum(a, 0)->wait(); break;
@@ -65,121 +79,197 @@ Sample measure(CollectiveKind kind, int W, int64_t bytes, int reps) {
         case CollectiveKind::alltoall: comm.alltoall(b, a, std::vector<int64_t>(W, n / W), std::vector<int64_t>(W, n / W))->wait(); break;
       }
     };
-    for (int i = 0; i < 2; ++i) once();
-    for (int i = 0; i < reps; ++i) {
-      comm.barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      once();
-      comm.barrier();  // the slowest rank's end
-      if (ctx.rank == 0) times.push_back(seconds_since(t0));
+    std::vector<at::Tensor> as, bs, chunks;
+    for (int64_t n : elems) {
+      as.push_back(at::empty({n}, opts).fill_(1));
+      bs.push_back(at::empty({kind == CollectiveKind::allgather ? n * W : n}, opts));
+      chunks.push_back(at::empty({n / W}, opts));
     }
+    for (size_t i = 0; i < elems.size(); ++i)
+      for (int w = 0; w < 2; ++w) once(elems[i], as[i], bs[i], chunks[i]);
+    // Each call follows a burst of compute on every rank, as a step's collectives follow its
+    // operators; the bursts alone are timed too, and the call is what the pair adds to them (the
+    // wait for the slowest rank, and the wake-ups of ranks whose cores are busy, included).
+    const at::Tensor x = at::randn({64, 64}, opts), y = at::randn({64, 64}, opts);
+    auto burst = [&] {
+      for (int k = 0; k < kBurstProducts; ++k) (void)at::mm(x, y);
+    };
+    std::vector<std::vector<double>> bursts(elems.size());
+    for (int r = 0; r < reps; ++r) {
+      for (size_t i = 0; i < elems.size(); ++i) {
+        for (const bool with_calls : {false, true}) {
+          comm.barrier();
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int k = 0; k < kBackToBack; ++k) {
+            burst();
+            if (with_calls) once(elems[i], as[i], bs[i], chunks[i]);
+          }
+          comm.barrier();  // the slowest rank's end
+          if (ctx.rank == 0) (with_calls ? times : bursts)[i].push_back(seconds_since(t0) / kBackToBack);
+        }
+      }
+    }
+    if (ctx.rank == 0)
+      for (size_t i = 0; i < elems.size(); ++i) {
+        std::sort(bursts[i].begin(), bursts[i].end());
+        for (double& t : times[i]) t = std::max(t - bursts[i][bursts[i].size() / 2], 1e-7);
+      }
   });
-  std::sort(times.begin(), times.end());
-  const double elem = 4.0 * static_cast<double>(n);
-  const double S = kind == CollectiveKind::allgather ? elem * W : kind == CollectiveKind::alltoall ? elem * (W - 1) / W : elem;
-  return {W, S, times[times.size() / 2]};
+  std::vector<Sample> out;
+  for (size_t i = 0; i < elems.size(); ++i) {
+    std::sort(times[i].begin(), times[i].end());
+    const double elem = 4.0 * static_cast<double>(elems[i]);
+    const double S = kind == CollectiveKind::allgather ? elem * W : kind == CollectiveKind::alltoall ? elem * (W - 1) / W : elem;
+    out.push_back({W, S, times[i][times[i].size() / 2]});
+  }
+  return out;
 }
 
-// Least squares of the relative error for t = base + steps * hop + x / busbw, refitted without a
-// negative coefficient.
-CollectiveFit fit(CollectiveKind kind, const std::vector<Sample>& samples) {
-  auto steps = [&](int n) { return kind == CollectiveKind::alltoall ? 0.0 : (kind == CollectiveKind::allreduce ? 2.0 : 1.0) * (n - 1); };
-  auto g = [&](int n) {
-    switch (kind) {
-      case CollectiveKind::allgather:
-      case CollectiveKind::reduce_scatter: return (n - 1.0) / n;
-      case CollectiveKind::allreduce: return 2.0 * (n - 1) / n;
-      default: return 1.0;
-    }
-  };
-  std::vector<bool> use{true, kind != CollectiveKind::alltoall, true};
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    std::vector<int> cols;
-    for (int c = 0; c < 3; ++c)
+// Least squares of the relative error for t = sum_c coef[c] * x[c], over the columns in `use`,
+// refitted without any negative coefficient but the last (the per-byte one, which must be
+// positive). Returns the coefficients, or an empty vector when no positive per-byte fit exists.
+std::vector<double> relative_least_squares(const std::vector<std::vector<double>>& xs, const std::vector<double>& t,
+                                           std::vector<bool> use) {
+  const size_t width = use.size();
+  for (size_t attempt = 0; attempt < width; ++attempt) {
+    std::vector<size_t> cols;
+    for (size_t c = 0; c < width; ++c)
       if (use[c]) cols.push_back(c);
     const size_t m = cols.size();
     std::vector<std::vector<double>> A(m, std::vector<double>(m + 1, 0.0));
-    for (const Sample& s : samples) {  // relative residuals: the times span orders of magnitude
-      const double w = 1.0 / (s.seconds * s.seconds);
-      const double x[3] = {1.0, steps(s.n), s.bytes * g(s.n)};
+    for (size_t s = 0; s < t.size(); ++s) {  // relative residuals: the times span orders of magnitude
+      const double w = 1.0 / (t[s] * t[s]);
       for (size_t i = 0; i < m; ++i) {
-        for (size_t j = 0; j < m; ++j) A[i][j] += w * x[cols[i]] * x[cols[j]];
-        A[i][m] += w * x[cols[i]] * s.seconds;
+        for (size_t j = 0; j < m; ++j) A[i][j] += w * xs[s][cols[i]] * xs[s][cols[j]];
+        A[i][m] += w * xs[s][cols[i]] * t[s];
       }
     }
-    for (size_t i = 0; i < m; ++i) {  // Gauss-Jordan on the normal equations
+    bool singular = false;
+    for (size_t i = 0; i < m && !singular; ++i) {  // Gauss-Jordan on the normal equations
       size_t piv = i;
       for (size_t r = i + 1; r < m; ++r)
         if (std::fabs(A[r][i]) > std::fabs(A[piv][i])) piv = r;
       std::swap(A[i], A[piv]);
-      TORCH_CHECK(std::fabs(A[i][i]) > 0, "calibrate: the ", to_string(kind), " samples do not determine a fit");
-      for (size_t r = 0; r < m; ++r) {
+      if (!(std::fabs(A[i][i]) > 0)) singular = true;
+      for (size_t r = 0; r < m && !singular; ++r) {
         if (r == i) continue;
         const double f = A[r][i] / A[i][i];
         for (size_t c = i; c <= m; ++c) A[r][c] -= f * A[i][c];
       }
     }
-    double coef[3] = {0, 0, 0};
+    if (singular) return {};
+    std::vector<double> coef(width, 0.0);
     for (size_t i = 0; i < m; ++i) coef[cols[i]] = A[i][m] / A[i][i];
     bool negative = false;
-    for (int c : cols)
-      if (coef[c] < 0 && c != 2) use[c] = false, negative = true;
+    for (size_t c : cols)
+      if (coef[c] < 0 && c + 1 != width) use[c] = false, negative = true;
     if (negative) continue;
-    TORCH_CHECK(coef[2] > 0, "calibrate: the ", to_string(kind), " times do not grow with size (fit ", coef[2], " s/B)");
-    return {true, coef[0], coef[1], 1.0 / coef[2]};
+    if (!(coef[width - 1] > 0)) return {};
+    return coef;
   }
-  TORCH_CHECK(false, "calibrate: no non-negative fit for ", to_string(kind));
+  return {};
 }
 
-double matmul_flops(at::ScalarType dtype) {
-  const int64_t n = 512;
+double ring_steps(CollectiveKind kind, int n) {
+  return kind == CollectiveKind::alltoall ? 0.0 : (kind == CollectiveKind::allreduce ? 2.0 : 1.0) * (n - 1);
+}
+
+// The fit across world sizes, t = base + ring steps x hop + S g(n) / busbw (what a world size
+// calibrate did not measure uses), and one per world size, t = latency + S g(n) / busbw.
+CollectiveFit fit(CollectiveKind kind, const std::vector<Sample>& samples) {
+  std::vector<std::vector<double>> xs;
+  std::vector<double> t;
+  for (const Sample& s : samples) {
+    xs.push_back({1.0, ring_steps(kind, s.n), s.bytes * collective_bandwidth_factor(kind, s.n)});
+    t.push_back(s.seconds);
+  }
+  const std::vector<double> all = relative_least_squares(xs, t, {true, kind != CollectiveKind::alltoall, true});
+  TORCH_CHECK(!all.empty(), "calibrate: the ", to_string(kind), " times do not grow with size; no fit (run on a quiet machine)");
+  CollectiveFit f{true, all[0], all[1], 1.0 / all[2], {}};
+  std::map<int, std::pair<std::vector<std::vector<double>>, std::vector<double>>> by_n;
+  for (const Sample& s : samples) {
+    by_n[s.n].first.push_back({1.0, s.bytes * collective_bandwidth_factor(kind, s.n)});
+    by_n[s.n].second.push_back(s.seconds);
+  }
+  for (const auto& [n, data] : by_n) {
+    const std::vector<double> one = relative_least_squares(data.first, data.second, {true, true});
+    if (!one.empty()) f.at_ranks[n] = {one[0], 1.0 / one[1]};  // else the fit across world sizes prices n
+  }
+  return f;
+}
+
+double matmul_flops(at::ScalarType dtype, int64_t n) {
   const at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
   (void)at::mm(a, b);
   std::vector<double> t;
-  for (int i = 0; i < 5; ++i) {
+  const int reps = n >= 256 ? 5 : 25;  // small products: each time a batch of calls
+  const int batch = static_cast<int>(std::max<int64_t>(1, (int64_t{256} * 256 * 256) / (n * n * n)));
+  for (int i = 0; i < reps; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    (void)at::mm(a, b);
-    t.push_back(seconds_since(t0));
+    for (int k = 0; k < batch; ++k) (void)at::mm(a, b);
+    t.push_back(seconds_since(t0) / batch);
   }
   std::sort(t.begin(), t.end());
   return 2.0 * n * n * n / t[t.size() / 2];
 }
 
-// Host seconds per dispatched ATen operator: the tiny model's forward and backward on one thread,
-// its operators and matrix-product FLOPs counted by the simulator's observer (sim/trace.h), and
-// what the FLOPs at the measured matmul rates do not explain, spread over the operators.
-double op_overhead(const HardwareProfile& p, int64_t& ops_out) {
-  const TransformerModel model(preset_config("tiny"));
+// The tiny model's forward and backward on one intra-op thread, as a rank computes.
+struct TinyPass {
+  TransformerModel model{preset_config("tiny")};
   ParamMap params = model.init(0);
-  for (auto& [_, t] : params) t.requires_grad_(true);
-  const at::Tensor tokens = at::randint(0, model.config().vocab, {4, 32}, at::TensorOptions().dtype(at::kLong));
-  const at::Tensor targets = at::randint(0, model.config().vocab, {4, 32}, at::TensorOptions().dtype(at::kLong));
-  auto once = [&] {
+  at::Tensor tokens = at::randint(0, model.config().vocab, {4, 32}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor targets = at::randint(0, model.config().vocab, {4, 32}, at::TensorOptions().dtype(at::kLong));
+  TinyPass() {
+    for (auto& [_, t] : params) t.requires_grad_(true);
+  }
+  void operator()() {
     for (auto& [_, t] : params) t.mutable_grad() = at::Tensor();
     model.loss(tokens, targets, params).backward();
-  };
-  for (int i = 0; i < 3; ++i) once();
-  std::vector<double> t;
-  for (int i = 0; i < 9; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    once();
-    t.push_back(seconds_since(t0));
   }
-  std::sort(t.begin(), t.end());
-  StageCompute all;
+};
+
+// The median seconds of one pass with `threads` threads each running passes at once.
+double tiny_pass_seconds(int threads, int passes) {
+  std::vector<std::vector<double>> t(threads);
+  std::vector<std::thread> pool;
+  for (int k = 0; k < threads; ++k) {
+    pool.emplace_back([&, k] {
+      TinyPass pass;
+      for (int i = 0; i < 3; ++i) pass();
+      for (int i = 0; i < passes; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        pass();
+        t[k].push_back(seconds_since(t0));
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  std::vector<double> all;
+  for (const auto& v : t) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  return all[all.size() / 2];
+}
+
+// Host seconds per dispatched ATen operator: the tiny model's forward and backward on one thread,
+// its operators and matrix-product FLOPs counted by the simulator's observer (sim/trace.h), and
+// what the products at the measured rates do not explain, spread over the operators.
+double op_overhead(const HardwareProfile& p, double one_pass_s, int64_t& ops_out) {
+  TinyPass pass;
+  pass();
+  std::array<StageCompute, kNumStages> stages;
   {
     ComputeCounter counter;
-    once();
-    for (const StageCompute& s : counter.stages()) {
-      all.ops += s.ops;
-      all.flops_bf16 += s.flops_bf16;
-      all.flops_fp32 += s.flops_fp32;
-    }
+    pass();
+    stages = counter.stages();
   }
-  TORCH_CHECK(all.ops > 0, "calibrate: the operator observer counted nothing (RecordFunction disabled?)");
-  ops_out = all.ops;
-  const double flop_s = all.flops_fp32 / p.matmul_fp32_flops + all.flops_bf16 / p.matmul_bf16_flops;
-  return std::max(0.0, (t[t.size() / 2] - flop_s) / static_cast<double>(all.ops));
+  int64_t ops = 0;
+  double flop_s = 0;  // the products at the measured rates, without any per-operator cost
+  HardwareProfile rates = p;
+  rates.op_overhead_s = 0;
+  for (const StageCompute& s : stages) ops += s.ops, flop_s += compute_seconds(s, rates);
+  TORCH_CHECK(ops > 0, "calibrate: the operator observer counted nothing (RecordFunction disabled?)");
+  ops_out = ops;
+  return std::max(0.0, (one_pass_s - flop_s) / static_cast<double>(ops));
 }
 
 std::string cpu_model() {
@@ -204,10 +294,9 @@ int run_calibrate(const CalibrateArgs& a) {
   TORCH_CHECK(!a.world_sizes.empty() && a.sizes.size() >= 2, "calibrate: need world sizes and at least two sizes");
   HardwareProfile p;
   p.name = a.name;
-  const int slots = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  p.description = "This machine (" + cpu_model() + ", " + std::to_string(slots) + " cores): Gloo between thread ranks";
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  p.description = "This machine (" + cpu_model() + ", " + std::to_string(cores) + " cores): Gloo between thread ranks";
   p.ranks_per_node = 1 << 16;  // every rank on this one machine
-  p.compute_slots_per_node = slots;
   p.device_memory_bytes = memory_bytes();
   std::string sizes, ws;
   for (int64_t s : a.sizes) sizes += (sizes.empty() ? "" : ", ") + human_bytes(static_cast<double>(s), 0);
@@ -219,15 +308,13 @@ int run_calibrate(const CalibrateArgs& a) {
     const auto kind = static_cast<CollectiveKind>(k);
     std::vector<Sample> samples;
     for (int W : a.world_sizes)
-      for (int64_t s : a.sizes) samples.push_back(measure(kind, W, s, a.reps));
+      for (const Sample& s : measure(kind, W, a.sizes, a.reps)) samples.push_back(s);
     p.fits[k] = fit(kind, samples);
     double worst = 0;
     for (const Sample& s : samples) {
-      const double steps = kind == CollectiveKind::alltoall ? 0 : (kind == CollectiveKind::allreduce ? 2.0 : 1.0) * (s.n - 1);
-      const double g = kind == CollectiveKind::allgather || kind == CollectiveKind::reduce_scatter ? (s.n - 1.0) / s.n
-                       : kind == CollectiveKind::allreduce                                          ? 2.0 * (s.n - 1) / s.n
-                                                                                                    : 1.0;
-      const double model = p.fits[k].base_latency_s + steps * p.fits[k].hop_latency_s + s.bytes * g / p.fits[k].busbw_Bps;
+      std::vector<int> group(s.n);
+      std::iota(group.begin(), group.end(), 0);
+      const double model = collective_seconds(CollectiveCall{kind, group, static_cast<int64_t>(s.bytes)}, p);
       worst = std::max(worst, std::fabs(model - s.seconds) / s.seconds);
       if (a.verbose)
         std::printf("    W=%d %10.0f B  measured %9.1f us  model %9.1f us\n", s.n, s.bytes, s.seconds * 1e6, model * 1e6);
@@ -242,24 +329,40 @@ int run_calibrate(const CalibrateArgs& a) {
   p.inter = p.intra;  // one machine: no network
   const int threads = at::get_num_threads();
   at::set_num_threads(1);  // as each deterministic rank runs
-  p.matmul_fp32_flops = matmul_flops(at::kFloat);
-  p.matmul_bf16_flops = matmul_flops(at::kBFloat16);
+  for (int64_t n : {16, 32, 64, 128, 256, 512}) {
+    p.matmul_curve_fp32.emplace_back(n, matmul_flops(at::kFloat, n));
+    p.matmul_curve_bf16.emplace_back(n, matmul_flops(at::kBFloat16, n));
+  }
+  p.matmul_fp32_flops = p.matmul_curve_fp32.back().second;
+  p.matmul_bf16_flops = p.matmul_curve_bf16.back().second;
   int64_t ops = 0;
-  p.op_overhead_s = op_overhead(p, ops);
+  const double one = tiny_pass_seconds(1, 15);
+  p.op_overhead_s = op_overhead(p, one, ops);
+
+  // What the cores achieve together: the same passes on every core at once, against one alone
+  // (cores that share a physical core or its caches do less than their count).
+  const double together = tiny_pass_seconds(cores, 15);
+  p.compute_slots_per_node = std::clamp(cores * one / together, 1.0, static_cast<double>(cores));
   at::set_num_threads(threads);
-  std::printf("  matmul 512^3 on one thread: fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", p.matmul_fp32_flops / 1e9,
-              p.matmul_bf16_flops / 1e9);
+  for (size_t i = 0; i < p.matmul_curve_fp32.size(); ++i)
+    std::printf("  matmul %3lld^3 on one thread: fp32 %7.1f GFLOP/s, bf16 %7.1f GFLOP/s\n",
+                static_cast<long long>(p.matmul_curve_fp32[i].first), p.matmul_curve_fp32[i].second / 1e9,
+                p.matmul_curve_bf16[i].second / 1e9);
   std::printf("  per ATen operator: %.1f us (tiny model forward + backward, %lld operators)\n", p.op_overhead_s * 1e6,
               static_cast<long long>(ops));
+  std::printf("  compute slots: %.2f of %d cores (the tiny pass on every core at once: %.2f ms, alone %.2f ms)\n",
+              p.compute_slots_per_node, cores, together * 1e3, one * 1e3);
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   p.sources = {std::string("measured by mfsdp calibrate on ") + date + ": " + p.description + "; W = " + ws + ", sizes " +
-                   sizes + ", median of " + std::to_string(a.reps) + " calls per point, least-squares fit of the relative error per " +
-                   "collective; largest misfit: " + misfits,
-               "matmul: median of 5 at::mm 512 x 512 x 512 on one intra-op thread (each deterministic rank runs one)",
-               "op_overhead_s: median of 9 forward + backward passes of the tiny model on one thread, less its "
-               "matrix-product FLOPs at those rates, per ATen operator dispatched"};
+                   sizes + ", median of " + std::to_string(a.reps) + " interleaved rounds per point, least-squares fits of the relative error " +
+                   "per collective, across world sizes and at each (at_ranks); largest misfit: " + misfits,
+               "matmul: at::mm n x n x n for n = 16 ... 512 on one intra-op thread (each deterministic rank runs one), the "
+               "median per n (the flat rate: n = 512)",
+               "op_overhead_s: median of 15 forward + backward passes of the tiny model on one thread, less its "
+               "matrix products at those rates, per ATen operator dispatched",
+               "compute_slots_per_node: cores x (the tiny pass alone) / (the tiny pass on every core at once), medians of 15"};
   write_file_atomic(a.out, hardware_profile_to_json(p));
   std::printf("calibrate: wrote %s\n", a.out.c_str());
   return kExitOk;

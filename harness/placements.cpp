@@ -1,6 +1,7 @@
 #include "harness/placements.h"
 
 #include "core/io/checkpoint.h"
+#include "core/plan/presets.h"
 #include "core/train/owner_placement.h"
 #include "oracle/ddp_oracle.h"
 #include "reference/alltoall.h"
@@ -93,6 +94,34 @@ TrainResult train_placement(RankContext& ctx, const TrainConfig& config,
         return make_runner(model, comm, config, init, &ctx);
       },
       on_step);
+}
+
+TransformerConfig bench_model_config(const std::string& name) {
+  TransformerConfig m = preset_config("tiny");
+  m.name = name;
+  if (name == "small") {
+    m.hidden = 128;
+    m.layers = 4;
+    m.intermediate = 512;
+  } else {
+    TORCH_CHECK(name == "tiny", "bench_step: unknown model '", name, "' (tiny, small)");
+  }
+  return m;
+}
+
+TrainConfig bench_train_config(const std::string& placement, const std::string& model) {
+  TrainConfig c;  // the `mfsdp train` defaults (training_defaults() for every optimizer)
+  c.model = bench_model_config(model);
+  c.batch = 4;
+  c.seq = 32;
+  if (placement.rfind("hsdp2_", 0) == 0) {
+    c.runtime.replicas = 2;
+    c.runtime.step_mode = placement == "hsdp2_owner_dedup" ? StepMode::dedup : StepMode::replicated;
+    apply_placement(placement == "hsdp2_reconstruct" ? Placement::reconstruct : Placement::owner, c);
+    return c;
+  }
+  apply_placement(placement_from_string(placement), c);
+  return c;
 }
 
 }  // namespace mfsdp

@@ -23,4 +23,11 @@ std::unique_ptr<PlacementRunner> make_runner(const TransformerModel& model, Comm
 TrainResult train_placement(RankContext& ctx, const TrainConfig& config,
                             const std::function<void(const StepMetrics&)>& on_step = {});
 
+// bench/bench_step's cases, shared with the simulator's check against them (sim/tests): the
+// model ("tiny", or "small": hidden 128, 4 layers, intermediate 512) and the `mfsdp train`
+// defaults with 4 x 32 tokens per rank, for a placement name of bench_step's (owner, reconstruct,
+// alltoall, zero1, ddp, hsdp2_owner_replicated, hsdp2_owner_dedup, hsdp2_reconstruct).
+TransformerConfig bench_model_config(const std::string& name);
+TrainConfig bench_train_config(const std::string& placement, const std::string& model);
+
 }  // namespace mfsdp

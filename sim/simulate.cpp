@@ -11,7 +11,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cmath>
 #include <numeric>
+#include <vector>
 
 namespace mfsdp {
 namespace {
@@ -71,6 +74,9 @@ std::vector<double> optimizer_macs_per_rank(const SimConfig& c, const ModelSpec&
   return macs;
 }
 
+// Ranks traced one by one when they share a node's compute slots (a CPU's thread ranks).
+constexpr int kShareTracedRanks = 64;
+
 const char* memory_placement_name(Placement p) {
   switch (p) {
     case Placement::owner: return "owner";
@@ -83,6 +89,38 @@ const char* memory_placement_name(Placement p) {
 }
 
 }  // namespace
+
+double compute_seconds(const StageCompute& sc, const HardwareProfile& hw) {
+  double t = static_cast<double>(sc.ops) * hw.op_overhead_s;
+  for (int b = 0; b < kProductSizeBuckets; ++b) {
+    const double n = std::exp2(static_cast<double>(b) / kProductSizeBucketsPerOctave);
+    if (sc.bf16_by_size[b] > 0) t += sc.bf16_by_size[b] / hw.matmul_rate(true, n);
+    if (sc.fp32_by_size[b] > 0) t += sc.fp32_by_size[b] / hw.matmul_rate(false, n);
+  }
+  return t;
+}
+
+std::vector<double> processor_sharing_finishes(const std::vector<double>& work, double slots) {
+  TORCH_CHECK(slots > 0, "processor sharing over ", slots, " slots");
+  std::vector<size_t> order(work.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return work[a] < work[b]; });
+  std::vector<double> finish(work.size());
+  double t = 0, done = 0;  // every unfinished job has done `done` seconds of its work by time t
+  const size_t n = work.size();
+  for (size_t i = 0; i < n; ++i) {
+    const double rate = std::min(1.0, slots / static_cast<double>(n - i));
+    t += (work[order[i]] - done) / rate;
+    done = work[order[i]];
+    finish[order[i]] = t;
+  }
+  return finish;
+}
+
+double processor_sharing_finish(const std::vector<double>& work, double slots) {
+  const std::vector<double> f = processor_sharing_finishes(work, slots);
+  return f.empty() ? 0 : *std::max_element(f.begin(), f.end());
+}
 
 double forward_flops(const TransformerConfig& m, int64_t batch, int64_t seq) {
   const TransformerModel model(m);
@@ -165,15 +203,40 @@ SimResult simulate(const SimConfig& c) {
 
   // Compute: the traced rank's matrix-product FLOPs at the matmul rate of their dtype, plus its
   // dispatched operators at the profile's per-operator cost. Ranks of a node beyond its compute
-  // slots share them (a CPU: ranks are threads).
+  // slots share them (a CPU: ranks are threads): up to kShareTracedRanks ranks, every rank of the
+  // node is traced and the stage ends when the busiest rank's work does under processor sharing;
+  // beyond, each rank's compute takes ranks / slots times its own.
   const int ranks_here = std::min(W, hw.ranks_per_node);
-  const double share = std::max(1.0, static_cast<double>(ranks_here) / hw.compute_slots_per_node);
-  auto seconds_of = [&](const StageCompute& sc) {
-    return (sc.flops_bf16 / hw.matmul_bf16_flops + sc.flops_fp32 / hw.matmul_fp32_flops +
-            static_cast<double>(sc.ops) * hw.op_overhead_s) * share;
-  };
+  const bool sharing = ranks_here > hw.compute_slots_per_node;
+  const double share = sharing ? static_cast<double>(ranks_here) / hw.compute_slots_per_node : 1.0;
+  auto seconds_of = [&](const StageCompute& sc) { return compute_seconds(sc, hw); };
+  std::array<std::vector<double>, kNumStages> node_work;
+  char slots[32];
+  std::snprintf(slots, sizeof(slots), "%.3g", hw.compute_slots_per_node);
+  std::string sharing_note =
+      sharing ? std::string("compute: ranks beyond the node's ") + slots + " compute slots share them, each taking ranks / slots times longer"
+              : "";
+  if (sharing && ranks_here <= kShareTracedRanks) {
+    for (int rank = 0; rank < ranks_here; ++rank) {
+      const StepTrace t = rank == busiest ? trace : trace_step(tc, W, rank);
+      for (int s = 0; s < kNumStages; ++s) node_work[s].push_back(seconds_of(t.compute[s]));
+    }
+    sharing_note = "compute: the node's " + std::to_string(ranks_here) + " ranks traced, sharing its " +
+                   slots + " compute slots (processor sharing)";
+  }
+  // An optimizer stage without collectives lets each rank go on to the next step as soon as its
+  // own update is done, and the first rank to leave waits at the next step's first collective for
+  // the last: the spread of their finishing times.
+  const int opt = static_cast<int>(Stage::optimizer);
+  if (!node_work[opt].empty()) {
+    const std::vector<double> f = processor_sharing_finishes(node_work[opt], hw.compute_slots_per_node);
+    r.optimizer_wait_s = *std::max_element(f.begin(), f.end()) - *std::min_element(f.begin(), f.end());
+  } else if (macs[busiest] > 0) {
+    r.optimizer_wait_s = seconds_of(trace.compute[opt]) * share * (1 - *std::min_element(macs.begin(), macs.end()) / macs[busiest]);
+  }
   for (int s = 0; s < kNumStages; ++s) {
-    r.stages[s].compute_s = seconds_of(trace.compute[s]);
+    r.stages[s].compute_s = node_work[s].empty() ? seconds_of(trace.compute[s]) * share
+                                                 : processor_sharing_finish(node_work[s], hw.compute_slots_per_node);
     r.stages[s].flops = trace.compute[s].flops_bf16 + trace.compute[s].flops_fp32;
     r.stages[s].ops = trace.compute[s].ops;
   }
@@ -200,6 +263,7 @@ SimResult simulate(const SimConfig& c) {
     r.stages[2].compute_s = r.optimizer_flops_busiest_rank / hw.matmul_bf16_flops * share;
   }
   for (const StageTime& st : r.stages) r.step_s += st.seconds();
+  if (r.stages[opt].calls > 0) r.optimizer_wait_s = 0;  // the stage's last collective brings the ranks together
 
   const std::string mem_name = memory_placement_name(c.placement);
   for (const PlacementMemory& pm : usage.placements) {
@@ -223,6 +287,7 @@ SimResult simulate(const SimConfig& c) {
       std::string("activations: Korthikanti et al. 2022 (no dropout), ") +
           (c.fused_attention ? "fused attention (no S² scores kept)" : "scores and softmax kept (the model's attention)"),
   };
+  if (!sharing_note.empty()) r.assumptions.push_back(sharing_note);
   if (c.placement == Placement::reconstruct && !sharded_ns)
     r.assumptions.push_back("reconstruct: one all-gather per matrix in the step, Newton–Schulz on every rank (reference/reconstruct.h, traced)");
   if (sharded_ns)
@@ -248,6 +313,7 @@ nlohmann::json to_json(const SimResult& r) {
                                                      {"seconds", st.seconds()}};
   }
   j["step_s"] = r.step_s;
+  j["optimizer_wait_s"] = r.optimizer_wait_s;
   j["optimizer_flops_busiest_rank"] = r.optimizer_flops_busiest_rank;
   j["memory"] = {{"resident_bytes", r.resident_bytes}, {"transient_bytes", r.transient_bytes},
                  {"activation_bytes", r.activation_bytes}, {"peak_bytes", r.peak_bytes}, {"fits", r.fits}};

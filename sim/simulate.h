@@ -54,6 +54,11 @@ struct SimResult {
   std::string profile;
   std::array<StageTime, kNumStages> stages{};
   double step_s = 0;
+  // How long the rank that finishes its optimizer step first waits at the next step's first
+  // collective for the last one (0 when the optimizer stage issues collectives, whose last brings
+  // the ranks together). A per-rank timer of the next forward counts it (bench_step's forward is
+  // the slowest rank's); the step time does not add it (the busiest rank does not wait).
+  double optimizer_wait_s = 0;
   double optimizer_flops_busiest_rank = 0;
   // Per rank, the largest: parameters + gradients + optimizer state between steps; the gathered
   // buffers at their peak; activations of one micro-batch; their sum, and whether it fits.
@@ -77,5 +82,15 @@ int64_t activation_bytes(const TransformerConfig& model, int64_t batch, int64_t 
                          bool checkpointing, bool fused_attention);
 
 nlohmann::json to_json(const SimResult& result);
+
+// Seconds one rank spends on a stage's compute alone: each matrix product at the profile's rate for
+// its dtype and size (HardwareProfile::matmul_rate), plus its operators at the per-operator cost.
+double compute_seconds(const StageCompute& compute, const HardwareProfile& profile);
+
+// When the last of jobs of the given seconds of work, started together on `slots` processors
+// shared equally among the unfinished ones, finishes (a CPU's thread ranks sharing its cores).
+double processor_sharing_finish(const std::vector<double>& work, double slots);
+// Each job's finishing time, in the order given.
+std::vector<double> processor_sharing_finishes(const std::vector<double>& work, double slots);
 
 }  // namespace mfsdp

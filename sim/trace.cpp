@@ -9,7 +9,9 @@
 #include <torch/library.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <mutex>
 
@@ -109,7 +111,11 @@ void ComputeCounter::count(bool outermost, double flops, bool half) {
                                                                                       : Stage::forward;
   StageCompute& s = stages_[static_cast<int>(stage)];
   if (outermost) ++s.ops;
+  if (flops <= 0) return;
   (half ? s.flops_bf16 : s.flops_fp32) += flops;
+  const int bucket = std::clamp(static_cast<int>(std::lround(std::log2(flops / 2) / 3 * kProductSizeBucketsPerOctave)), 0,
+                                kProductSizeBuckets - 1);
+  (half ? s.bf16_by_size : s.fp32_by_size)[bucket] += flops;
 }
 
 StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {

@@ -42,10 +42,15 @@ struct TracedCollective {
 // The compute a stage dispatched, counted by a RecordFunction observer while the step ran: ATen
 // operators called from outside any other operator (what a CPU pays dispatch overhead for), and
 // the FLOPs of every matrix product (mm, addmm, bmm, baddbmm: 2·m·k·n each) by operand dtype.
+// The FLOPs are kept by size too: bucket b holds the products whose cube-equivalent side
+// (m·k·n)^(1/3) is nearest 2^(b/4) (small products run far below a CPU's peak rate).
+constexpr int kProductSizeBucketsPerOctave = 4;
+constexpr int kProductSizeBuckets = 24 * kProductSizeBucketsPerOctave;
 struct StageCompute {
   int64_t ops = 0;
   double flops_bf16 = 0;  // bf16 and fp16 operands
   double flops_fp32 = 0;  // fp32 and wider
+  std::array<double, kProductSizeBuckets> bf16_by_size{}, fp32_by_size{};
 };
 
 // Counts, while alive, the compute this process dispatches (a RecordFunction observer; one at a
@@ -61,7 +66,7 @@ class ComputeCounter {
   // Read after the counted work is done.
   const std::array<StageCompute, kNumStages>& stages() const { return stages_; }
   // Called by the observer.
-  void count(bool outermost, double flops, bool half);
+  void count(bool outermost, double flops, bool half);  // flops: 2·m·k·n of a product, else 0
 
  private:
   const RecordingBackend* backend_;

@@ -21,6 +21,15 @@ double collective_seconds(const CollectiveCall& c, const HardwareProfile& p) {
   return collective_seconds(c.kind, c.bytes, group_shape(c.group, p), p);
 }
 
+double collective_bandwidth_factor(CollectiveKind kind, int n) {
+  switch (kind) {
+    case CollectiveKind::allgather:
+    case CollectiveKind::reduce_scatter: return (n - 1.0) / n;
+    case CollectiveKind::allreduce: return 2.0 * (n - 1) / n;
+    default: return 1.0;
+  }
+}
+
 double collective_seconds(CollectiveKind kind, int64_t bytes, const GroupShape& g, const HardwareProfile& p) {
   const int n = g.ranks, k = g.nodes;
   TORCH_CHECK(n >= 1, "collective model: a ", to_string(kind), " over an empty group");
@@ -28,6 +37,10 @@ double collective_seconds(CollectiveKind kind, int64_t bytes, const GroupShape& 
   if (n == 1) return 0;
   const double S = static_cast<double>(bytes);
   const CollectiveFit& fit = p.fits[static_cast<int>(kind)];
+  if (k == 1 && fit.measured) {
+    if (const auto it = fit.at_ranks.find(n); it != fit.at_ranks.end())
+      return it->second.latency_s + S * collective_bandwidth_factor(kind, n) / it->second.busbw_Bps;
+  }
   const double base = fit.measured ? fit.base_latency_s : p.base_latency_s;
   const LinkClass intra = fit.measured ? LinkClass{fit.hop_latency_s, fit.busbw_Bps} : p.intra;
   const double busbw = k > 1 ? std::min(intra.busbw_Bps, p.inter.busbw_Bps) : intra.busbw_Bps;

@@ -9,7 +9,8 @@
 //                               peers over the intra link, and its node's bytes to other nodes
 //                               over the node's share of the inter link, whichever is slower
 // S is the collective's size (see CollectiveCall). A group of one rank costs nothing. A kind the
-// profile has a measured fit for (mfsdp calibrate) uses the fit's base, hop and bandwidth inside a node.
+// profile has a measured fit for (mfsdp calibrate) uses the fit's base, hop and bandwidth inside a node,
+// or, for a group inside one node of a size the fit measured on its own, latency + S·g(n) / busbw.
 #pragma once
 
 #include "core/sim/hardware.h"
@@ -36,5 +37,9 @@ struct GroupShape {
 };
 GroupShape group_shape(const std::vector<int>& group, const HardwareProfile& profile);
 double collective_seconds(CollectiveKind kind, int64_t bytes, const GroupShape& group, const HardwareProfile& profile);
+
+// g(n): the bytes of size S a collective moves per rank over the bus, as a multiple of S
+// ((n-1)/n for all-gather and reduce-scatter, 2(n-1)/n for all-reduce, 1 for the others).
+double collective_bandwidth_factor(CollectiveKind kind, int n);
 
 }  // namespace mfsdp

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,11 +20,20 @@ constexpr int kNumCollectiveKinds = 6;
 const char* to_string(CollectiveKind kind);
 CollectiveKind collective_kind_from_string(const std::string& name);
 
+// One world size's own fit of a collective kind: t = latency + S·g(n) / busbw, with the model's
+// bandwidth factor g (collective_model.h) and no ring term (the size is fixed).
+struct RankCountFit {
+  double latency_s = 0, busbw_Bps = 0;
+};
+
 // A measured fit of one collective kind (mfsdp calibrate): replaces the profile's shared
-// base latency, intra-node hop latency and intra-node bus bandwidth for that kind.
+// base latency, intra-node hop latency and intra-node bus bandwidth for that kind. A group inside
+// one node whose size has a fit of its own in `at_ranks` uses that one instead (on a CPU, thread
+// ranks contend for the cores, so the time does not grow with the ring's steps alone).
 struct CollectiveFit {
   bool measured = false;
   double base_latency_s = 0, hop_latency_s = 0, busbw_Bps = 0;
+  std::map<int, RankCountFit> at_ranks;
 };
 
 struct LinkClass {
@@ -40,16 +50,23 @@ struct HardwareProfile {
   LinkClass intra, inter;        // inside a node; between nodes (the node's NICs together)
   double matmul_bf16_flops = 0;  // achievable dense bf16 matmul, FLOP/s per rank
   double matmul_fp32_flops = 0;  // achievable dense fp32 matmul, FLOP/s per rank
+  // Optional (mfsdp calibrate): the measured rate of an n x n x n product by n, ascending; a
+  // product between two points is priced at the log-log interpolation of their rates, one beyond
+  // the ends at the nearest end's. Empty: every product at the flat rate above.
+  std::vector<std::pair<int64_t, double>> matmul_curve_bf16, matmul_curve_fp32;
   // Host time per ATen operator dispatched (optional, 0 when absent): what small operators cost
   // beyond their FLOPs on a CPU; on a GPU the launches overlap the kernels and it is left at 0.
   double op_overhead_s = 0;
-  // Ranks of a node that compute at once (GPUs: every rank; a CPU: its cores): with more ranks on a
-  // node than slots, each rank's compute takes ranks / slots times longer.
-  int compute_slots_per_node = 1;
+  // Ranks of a node that compute at once (GPUs: every rank; a CPU: what its cores achieve together,
+  // measured by calibrate, which may be less than their count): with more ranks on a node than
+  // slots, each rank's compute takes ranks / slots times longer.
+  double compute_slots_per_node = 1;
   std::array<CollectiveFit, kNumCollectiveKinds> fits{};  // per kind, optional
   std::vector<std::string> sources;
 
   int node_of(int rank) const { return rank / ranks_per_node; }
+  // FLOP/s of a product whose cube-equivalent side is n, in bf16 (`half`) or fp32.
+  double matmul_rate(bool half, double n) const;
 };
 
 // Parses and checks a profile (every field present, positive, finite); errors name the file and

@@ -86,5 +86,32 @@ TEST(CollectiveModel, RingTimesFollowNcclsShape) {
   EXPECT_NE(error_of([&] { collective_seconds({CollectiveKind::reduce, {}, 4}, p); }).find("empty group"), std::string::npos);
 }
 
+// What calibrate measures beyond the shared model: per-world-size fits and the rate by size.
+TEST(HardwareProfiles, PerWorldSizeFitsAndTheMatmulCurveReadBackAndPrice) {
+  HardwareProfile p = load_hardware_profile("a100-8x-4hdr", MFSDP_PROFILE_DIR);
+  CollectiveFit& ag = p.fits[static_cast<int>(CollectiveKind::allgather)];
+  ag = {true, 1e-5, 2e-6, 100e9, {{4, {3e-4, 2e9}}}};
+  p.matmul_curve_fp32 = {{16, 1e9}, {256, 16e9}};
+  p.matmul_curve_bf16 = {{16, 2e9}, {256, 32e9}};
+  const HardwareProfile q = hardware_profile_from_json(hardware_profile_to_json(p), "again.json");
+  const double S = 1 << 20;
+  // A group of 4 inside a node: its own fit, latency + S (n-1)/n / busbw.
+  EXPECT_DOUBLE_EQ(collective_seconds({CollectiveKind::allgather, ranks(0, 4), 1 << 20}, q), 3e-4 + S * 3 / 4 / 2e9);
+  // Other sizes: the fit across sizes (base + 2 hops + bytes).
+  EXPECT_DOUBLE_EQ(collective_seconds({CollectiveKind::allgather, ranks(0, 3), 1 << 20}, q), 1e-5 + 2 * 2e-6 + S * 2 / 3 / 100e9);
+  // The rate by size: the ends beyond them, log-log between (64 is halfway from 16 to 256).
+  EXPECT_DOUBLE_EQ(q.matmul_rate(false, 8), 1e9);
+  EXPECT_DOUBLE_EQ(q.matmul_rate(false, 1024), 16e9);
+  EXPECT_NEAR(q.matmul_rate(false, 64), 4e9, 1e-3);
+  EXPECT_NEAR(q.matmul_rate(true, 64), 8e9, 1e-3);
+  // Without a curve: the flat rate.
+  EXPECT_EQ(load_hardware_profile("a100-8x-4hdr", MFSDP_PROFILE_DIR).matmul_rate(true, 64),
+            load_hardware_profile("a100-8x-4hdr", MFSDP_PROFILE_DIR).matmul_bf16_flops);
+  std::string text = hardware_profile_to_json(p);
+  text.replace(text.find("\"4\""), 3, "\"x\"");
+  EXPECT_NE(error_of([&] { hardware_profile_from_json(text, "p.json"); }).find("at_ranks.x: is not a world size of at least 2"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mfsdp
