@@ -31,7 +31,7 @@ struct OptimizerCostConfig {
 
 // Multiply-adds per optimizer step for one whole 2-D tensor of shape rows x cols (matrix
 // optimizers), with periodic work (roots, eigenbases) amortised over its interval:
-//   Muon     ns_steps * s^2 * (2l + s)                       (s short side, l long side)
+//   Muon     ns_steps * s^2 * (2l + s) + rows * cols        (s short side, l long side; + the momentum)
 //   Shampoo  per block m x n: 2(m^2 n + m n^2) + (m^3 + n^3) / frequency
 //   SOAP     3(m^2 n + m n^2) + (m^3 + n^3) / frequency      (sides > max dim are identity)
 //   AdamW    rows * cols (elementwise)

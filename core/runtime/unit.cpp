@@ -6,6 +6,8 @@
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+
 namespace mfsdp {
 
 const char* to_string(UnitState state) {
@@ -70,6 +72,23 @@ Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::De
     prefix = std::min((prefix + align - 1) / align * align, layout_.segments[r].numel);
     TORCH_INTERNAL_ASSERT(r == 0 || prefix == even_prefix_, "unit '", layout_.name, "': even prefixes differ across ranks");
     even_prefix_ = prefix;
+  }
+  for (int s : layout_.shards) {
+    const MatrixShard& shard = plan.shards()[s];
+    RegularEven reg;
+    if (shard.role == Role::even_shard && static_cast<int>(shard.slices.size()) == plan.world_size() && !shard.shape.empty()) {
+      const int64_t P = shard.slices[0].padded_rows, total = shard.shape[0];
+      const int64_t at = shard.slices[0].offset - layout_.segments[0].offset;
+      bool regular = P > 0 && at >= 0 && at + P * shard.row_numel() <= even_prefix_;
+      for (int r = 0; r < plan.world_size() && regular; ++r) {
+        const ShardSlice& sl = shard.slices[r];
+        regular = sl.rank == r && sl.padded_rows == P && sl.offset - layout_.segments[r].offset == at &&
+                  sl.rows == std::clamp<int64_t>(total - r * P, 0, P) && (sl.rows == 0 || sl.row_begin == r * P);
+      }
+      if (regular) reg = {at, P};
+    }
+    if (shard.role == Role::even_shard && reg.at < 0) all_even_regular_ = false;
+    regular_even_.push_back(reg);
   }
   // The gathered StorageImpl exists for the unit's lifetime; only its memory comes and goes.
   at::Tensor holder = at::empty({0}, compute_options_);
@@ -161,16 +180,35 @@ void Unit::end_fill() {
   fill_works_.clear();
   fill_pending_ = false;
   const int W = plan_.world_size();
+  std::vector<bool> copied(layout_.shards.size(), false);
   if (fill_prefixes_.defined()) {
-    for (int r = 0; r < W; ++r) {
-      if (r != rank_) segment_of(r).narrow(0, 0, even_prefix_).copy_(fill_prefixes_.narrow(0, r * even_prefix_, even_prefix_));
+    // Only the per-rank copies below read other ranks' prefixes in place (whole parameters' views
+    // start after the prefix), so they are filled only for a unit that has an irregular one.
+    if (!all_even_regular_) {
+      for (int r = 0; r < W; ++r) {
+        if (r != rank_) segment_of(r).narrow(0, 0, even_prefix_).copy_(fill_prefixes_.narrow(0, r * even_prefix_, even_prefix_));
+      }
+    }
+    // Regularly laid-out even parameters straight from the gathered prefixes (rank-major, each
+    // rank's real rows in order): the ranks whose P rows are all real in one strided copy, the
+    // one with fewer in another. The same elements as the per-rank copies below.
+    const at::Tensor prefixes = fill_prefixes_.view({W, even_prefix_});
+    for (size_t k = 0; k < layout_.shards.size(); ++k) {
+      const RegularEven& reg = regular_even_[k];
+      if (reg.at < 0) continue;
+      const MatrixShard& s = plan_.shards()[layout_.shards[k]];
+      const int64_t rn = s.row_numel(), P = reg.padded_rows, whole = s.shape[0] / P, rest = s.shape[0] % P;
+      at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
+      if (whole > 0) full.narrow(0, 0, whole * P * rn).view({whole, P * rn}).copy_(prefixes.narrow(0, 0, whole).narrow(1, reg.at, P * rn));
+      if (rest > 0) full.narrow(0, whole * P * rn, rest * rn).copy_(prefixes.select(0, whole).narrow(0, reg.at, rest * rn));
+      copied[k] = true;
     }
     fill_prefixes_ = at::Tensor();
   }
   // Copy out even-sharded parameters: each rank's real rows into the full tensor.
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];
-    if (s.owned()) continue;
+    if (s.owned() || copied[k]) continue;
     at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
     const int64_t row_numel = s.row_numel();
     for (const ShardSlice& sl : s.slices) {

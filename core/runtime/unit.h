@@ -126,6 +126,15 @@ class Unit {
   int64_t gathered_numel_ = 0;
   std::vector<int64_t> other_segment_offset_;  // per rank: offset in gathered (-1 for self)
   std::vector<int64_t> even_full_offset_;      // per shard of the unit: offset in gathered, or -1
+  // Per shard of the unit: where an even shard's slices sit in every segment's even prefix when
+  // the plan lays them out regularly (slice r holds rows [r P, r P + P) at the same offset `at` of
+  // every segment), so that all ranks' slices copy out of the gathered prefixes in two strided
+  // copies; at = -1 otherwise.
+  struct RegularEven {
+    int64_t at = -1, padded_rows = 0;
+  };
+  std::vector<RegularEven> regular_even_;
+  bool all_even_regular_ = true;  // every even shard of the unit is regular
   UnshardStrategy strategy_;
   PrecisionPolicy precision_;
   bool casts_ = false;  // the compute copy's dtype differs from the master's
