@@ -49,9 +49,6 @@ const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "
 // modes and FSDP2 HSDP + Muon (reconstruct, replicated).
 const std::vector<std::string> kHsdpPlacements{"hsdp2_owner_replicated", "hsdp2_owner_dedup", "hsdp2_reconstruct"};
 
-TransformerConfig model_config(const std::string& name) { return bench_model_config(name); }
-TrainConfig make_config(const std::string& placement, const std::string& model) { return bench_train_config(placement, model); }
-
 struct CaseResult {
   std::string model, placement;
   int world_size = 0;
@@ -110,7 +107,7 @@ double optimizer_gflop_rank_max(const TrainConfig& c, int W) {
 }
 
 void BM_Step(benchmark::State& state, const std::string& placement, int W, const std::string& model) {
-  TrainConfig config = make_config(placement, model);
+  TrainConfig config = bench_train_config(placement, model);
   config.steps = kWarmup + g_measured;
   std::vector<std::vector<StepMetrics>> per_rank(W);
   RanksOptions ranks;
@@ -272,7 +269,7 @@ nlohmann::ordered_json ratios(const std::vector<std::string>& models, const std:
 nlohmann::ordered_json planner_imbalance(const std::vector<std::string>& models, const std::vector<int>& world_sizes) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const std::string& m : models) {
-    const ModelSpec spec = TransformerModel(model_config(m)).spec();
+    const ModelSpec spec = TransformerModel(bench_model_config(m)).spec();
     for (int W : world_sizes) {
       for (PlannerKind kind : {PlannerKind::round_robin, PlannerKind::greedy_bytes, PlannerKind::greedy_cost, PlannerKind::balanced}) {
         PlannerOptions o;
@@ -325,7 +322,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_step: --device cuda, but no CUDA device is visible\n");
     return 2;
   }
-  for (const std::string& m : models) model_config(m);  // names an unknown model before running anything
+  for (const std::string& m : models) bench_model_config(m);  // names an unknown model before running anything
   auto add_case = [](const std::string& m, int W, const std::string& p) {
     benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
                                  [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })

@@ -209,8 +209,7 @@ SimResult simulate(const SimConfig& c) {
   const int ranks_here = std::min(W, hw.ranks_per_node);
   const bool sharing = ranks_here > hw.compute_slots_per_node;
   const double share = sharing ? static_cast<double>(ranks_here) / hw.compute_slots_per_node : 1.0;
-  auto seconds_of = [&](const StageCompute& sc) { return compute_seconds(sc, hw); };
-  std::array<std::vector<double>, kNumStages> node_work;
+  std::array<std::vector<double>, kNumStages> node_work;  // every rank's compute alone, when traced
   char slots[32];
   std::snprintf(slots, sizeof(slots), "%.3g", hw.compute_slots_per_node);
   std::string sharing_note =
@@ -219,24 +218,28 @@ SimResult simulate(const SimConfig& c) {
   if (sharing && ranks_here <= kShareTracedRanks) {
     for (int rank = 0; rank < ranks_here; ++rank) {
       const StepTrace t = rank == busiest ? trace : trace_step(tc, W, rank);
-      for (int s = 0; s < kNumStages; ++s) node_work[s].push_back(seconds_of(t.compute[s]));
+      for (int s = 0; s < kNumStages; ++s) node_work[s].push_back(compute_seconds(t.compute[s], hw));
     }
     sharing_note = "compute: the node's " + std::to_string(ranks_here) + " ranks traced, sharing its " +
                    slots + " compute slots (processor sharing)";
   }
-  // An optimizer stage without collectives lets each rank go on to the next step as soon as its
-  // own update is done, and the first rank to leave waits at the next step's first collective for
-  // the last: the spread of their finishing times.
   const int opt = static_cast<int>(Stage::optimizer);
-  if (!node_work[opt].empty()) {
-    const std::vector<double> f = processor_sharing_finishes(node_work[opt], hw.compute_slots_per_node);
-    r.optimizer_wait_s = *std::max_element(f.begin(), f.end()) - *std::min_element(f.begin(), f.end());
-  } else if (macs[busiest] > 0) {
-    r.optimizer_wait_s = seconds_of(trace.compute[opt]) * share * (1 - *std::min_element(macs.begin(), macs.end()) / macs[busiest]);
-  }
+  const bool optimizer_without_collectives = r.stages[opt].calls == 0 && !(sharded_ns && W > 1);  // sharded NS: priced below
   for (int s = 0; s < kNumStages; ++s) {
-    r.stages[s].compute_s = node_work[s].empty() ? seconds_of(trace.compute[s]) * share
-                                                 : processor_sharing_finish(node_work[s], hw.compute_slots_per_node);
+    const double own = compute_seconds(trace.compute[s], hw);
+    if (node_work[s].empty()) {
+      r.stages[s].compute_s = own * share;
+      // An optimizer stage without collectives lets each rank go on to the next step as soon as
+      // its own update is done; the first to leave waits at the next step's first collective for
+      // the last (with one rank traced: its work scaled by the least-busy rank's share of it).
+      if (s == opt && optimizer_without_collectives && macs[busiest] > 0)
+        r.optimizer_wait_s = own * share * (1 - *std::min_element(macs.begin(), macs.end()) / macs[busiest]);
+    } else {
+      const std::vector<double> f = processor_sharing_finishes(node_work[s], hw.compute_slots_per_node);
+      const auto [first, last] = std::minmax_element(f.begin(), f.end());
+      r.stages[s].compute_s = *last;
+      if (s == opt && optimizer_without_collectives) r.optimizer_wait_s = *last - *first;
+    }
     r.stages[s].flops = trace.compute[s].flops_bf16 + trace.compute[s].flops_fp32;
     r.stages[s].ops = trace.compute[s].ops;
   }
@@ -263,7 +266,6 @@ SimResult simulate(const SimConfig& c) {
     r.stages[2].compute_s = r.optimizer_flops_busiest_rank / hw.matmul_bf16_flops * share;
   }
   for (const StageTime& st : r.stages) r.step_s += st.seconds();
-  if (r.stages[opt].calls > 0) r.optimizer_wait_s = 0;  // the stage's last collective brings the ranks together
 
   const std::string mem_name = memory_placement_name(c.placement);
   for (const PlacementMemory& pm : usage.placements) {

@@ -180,8 +180,8 @@ void Unit::end_fill() {
   fill_works_.clear();
   fill_pending_ = false;
   const int W = plan_.world_size();
-  std::vector<bool> copied(layout_.shards.size(), false);
-  if (fill_prefixes_.defined()) {
+  const bool from_prefixes = fill_prefixes_.defined();  // regular even parameters copy out of them
+  if (from_prefixes) {
     // Only the per-rank copies below read other ranks' prefixes in place (whole parameters' views
     // start after the prefix), so they are filled only for a unit that has an irregular one.
     if (!all_even_regular_) {
@@ -201,14 +201,13 @@ void Unit::end_fill() {
       at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
       if (whole > 0) full.narrow(0, 0, whole * P * rn).view({whole, P * rn}).copy_(prefixes.narrow(0, 0, whole).narrow(1, reg.at, P * rn));
       if (rest > 0) full.narrow(0, whole * P * rn, rest * rn).copy_(prefixes.select(0, whole).narrow(0, reg.at, rest * rn));
-      copied[k] = true;
     }
     fill_prefixes_ = at::Tensor();
   }
   // Copy out even-sharded parameters: each rank's real rows into the full tensor.
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];
-    if (s.owned() || copied[k]) continue;
+    if (s.owned() || (from_prefixes && regular_even_[k].at >= 0)) continue;
     at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
     const int64_t row_numel = s.row_numel();
     for (const ShardSlice& sl : s.slices) {
