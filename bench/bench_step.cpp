@@ -12,6 +12,8 @@
 //   build/bench/bench_step --json bench_step.json                      # all cases
 //   build/bench/bench_step --models tiny --world-sizes 4 --benchmark_filter=owner
 //   build/bench/bench_step --device cuda --json gpu.json               # on a GPU (Gloo on CUDA tensors)
+//   build/bench/bench_step --rounds 3 --steps 10 --json r.json         # every case 3 times, rounds in turn:
+//                                   # medians over all rounds' steps, and each round's medians in the JSON
 #include "core/util/files.h"
 #include "core/dist/determinism.h"
 #include "core/plan/memory_model.h"
@@ -42,6 +44,7 @@ namespace {
 
 constexpr int kWarmup = 2;
 int g_measured = 6;
+int g_rounds = 1;  // --rounds: every case run this many times, the rounds one after another
 std::string g_device = "cpu";
 
 const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
@@ -57,6 +60,11 @@ struct CaseResult {
   int64_t resident_bytes_max = 0;
   double optimizer_gflop_rank_max = 0;
   bool oracle_bitwise = false;
+  // Every measured step of every round (each the slowest rank's), and each round's medians: the
+  // latencies above are the medians over all rounds' steps; the rounds show how far one run of
+  // the case strays from another on this machine.
+  std::vector<double> opt_s, fwd_s, bwd_s, step_s;
+  std::vector<double> round_optimizer_ms, round_fwd_bwd_ms;
 };
 std::vector<CaseResult> g_results;
 
@@ -122,6 +130,9 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
     const TrainConfig c = on_device(ctx, config);
     train_placement(ctx, c, [&](const StepMetrics& m) { per_rank[ctx.rank].push_back(m); });
   });
+  CaseResult* earlier = nullptr;  // this case's result from an earlier round
+  for (CaseResult& e : g_results)
+    if (e.model == model && e.placement == placement && e.world_size == W) earlier = &e;
   CaseResult r;
   r.model = model, r.placement = placement, r.world_size = W;
   std::vector<double> opt, fwd, bwd, step;
@@ -143,19 +154,34 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
     }
     r.resident_bytes_max = std::max(r.resident_bytes_max, m.resident_bytes);
   }
-  r.optimizer_ms = 1e3 * median(opt), r.forward_ms = 1e3 * median(fwd), r.backward_ms = 1e3 * median(bwd);
-  r.step_ms = 1e3 * median(step);
+  r.round_optimizer_ms = {1e3 * median(opt)};
+  r.round_fwd_bwd_ms = {1e3 * (median(fwd) + median(bwd))};
+  r.opt_s = opt, r.fwd_s = fwd, r.bwd_s = bwd, r.step_s = step;
+  if (earlier) {
+    auto append = [](std::vector<double>& to, const std::vector<double>& from) { to.insert(to.end(), from.begin(), from.end()); };
+    append(earlier->opt_s, opt), append(earlier->fwd_s, fwd), append(earlier->bwd_s, bwd), append(earlier->step_s, step);
+    append(earlier->round_optimizer_ms, r.round_optimizer_ms), append(earlier->round_fwd_bwd_ms, r.round_fwd_bwd_ms);
+    r.opt_s = earlier->opt_s, r.fwd_s = earlier->fwd_s, r.bwd_s = earlier->bwd_s, r.step_s = earlier->step_s;
+    r.round_optimizer_ms = earlier->round_optimizer_ms, r.round_fwd_bwd_ms = earlier->round_fwd_bwd_ms;
+  }
+  r.optimizer_ms = 1e3 * median(r.opt_s), r.forward_ms = 1e3 * median(r.fwd_s), r.backward_ms = 1e3 * median(r.bwd_s);
+  r.step_ms = 1e3 * median(r.step_s);
   r.optimizer_gflop_rank_max = optimizer_gflop_rank_max(config, W);
 
-  // Correctness, outside the timed steps: two steps of this placement equal the oracle's.
-  std::atomic<bool> equal{true};
-  TrainConfig check = config;
-  check.steps = 2;
-  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    const TrainConfig c = on_device(ctx, check);
-    if (!compare(run_oracle(ctx, c), run_recorded(ctx, c)).bitwise_equal) equal = false;
-  });
-  r.oracle_bitwise = equal;
+  // Correctness, outside the timed steps (first round only): two steps of this placement equal
+  // the oracle's.
+  if (earlier) {
+    r.oracle_bitwise = earlier->oracle_bitwise;
+  } else {
+    std::atomic<bool> equal{true};
+    TrainConfig check = config;
+    check.steps = 2;
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+      const TrainConfig c = on_device(ctx, check);
+      if (!compare(run_oracle(ctx, c), run_recorded(ctx, c)).bitwise_equal) equal = false;
+    });
+    r.oracle_bitwise = equal;
+  }
 
   size_t i = 0;
   for (auto _ : state) state.SetIterationTime(opt[i++ % opt.size()]);
@@ -171,7 +197,8 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
   state.counters["opt_GFLOP"] = r.optimizer_gflop_rank_max;
   state.counters["oracle_bitwise"] = r.oracle_bitwise ? 1 : 0;
   if (!r.oracle_bitwise) state.SkipWithError("the placement's result differs from the oracle's");
-  g_results.push_back(r);
+  if (earlier) *earlier = r;
+  else g_results.push_back(r);
 }
 
 const CaseResult* find(const std::string& model, const std::string& placement, int W) {
@@ -209,6 +236,7 @@ nlohmann::ordered_json environment() {
                              {"ranks", "threads (Gloo over a shared store)"},
                              {"optimizer", "muon (matrices), adamw (the rest)"},
                              {"measured_steps", g_measured},
+                             {"rounds", g_rounds},
                              {"warmup_steps", kWarmup}};
   if (g_device == "cuda" && at::globalContext().hasCUDA()) env["gpu"] = "cuda (see nvidia-smi)";
   char date[64];
@@ -315,6 +343,7 @@ int main(int argc, char** argv) {
       world_sizes.clear();
       for (const std::string& w : split(value("--world-sizes"))) world_sizes.push_back(std::stoi(w));
     } else if (a == "--steps") g_measured = std::stoi(value("--steps"));
+    else if (a == "--rounds") g_rounds = std::stoi(value("--rounds"));
     else if (a == "--device") g_device = value("--device");
     else rest.push_back(argv[i]);
   }
@@ -323,20 +352,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& m : models) bench_model_config(m);  // names an unknown model before running anything
-  auto add_case = [](const std::string& m, int W, const std::string& p) {
-    benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p).c_str(),
+  auto add_case = [](const std::string& m, int W, const std::string& p, const std::string& suffix) {
+    benchmark::RegisterBenchmark(("step/model:" + m + "/W:" + std::to_string(W) + "/placement:" + p + suffix).c_str(),
                                  [p, W, m](benchmark::State& s) { BM_Step(s, p, W, m); })
         ->UseManualTime()
         ->Iterations(g_measured)
         ->Unit(benchmark::kMillisecond);
   };
-  for (const std::string& m : models)
-    for (int W : world_sizes)
-      for (const std::string& p : kPlacements) add_case(m, W, p);
-  for (const std::string& m : models)
-    for (int W : world_sizes)
-      if (W >= 4 && W % 2 == 0)
-        for (const std::string& p : kHsdpPlacements) add_case(m, W, p);
+  if (g_measured < 1 || g_rounds < 1) {
+    std::fprintf(stderr, "bench_step: --steps and --rounds need at least 1 (got %d, %d)\n", g_measured, g_rounds);
+    return 2;
+  }
+  // Rounds one after another, each over every case: a drift of the machine's speed (minutes long
+  // on a shared CPU) reaches every case alike instead of the ones that ran during it.
+  for (int round = 1; round <= g_rounds; ++round) {
+    const std::string suffix = g_rounds > 1 ? "/round:" + std::to_string(round) : "";
+    for (const std::string& m : models)
+      for (int W : world_sizes)
+        for (const std::string& p : kPlacements) add_case(m, W, p, suffix);
+    for (const std::string& m : models)
+      for (int W : world_sizes)
+        if (W >= 4 && W % 2 == 0)
+          for (const std::string& p : kHsdpPlacements) add_case(m, W, p, suffix);
+  }
   int n = static_cast<int>(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
@@ -358,6 +396,7 @@ int main(int argc, char** argv) {
                                {"backward_ms", r.backward_ms}, {"step_ms", r.step_ms}, {"phases", phases},
                                {"resident_bytes_max", r.resident_bytes_max},
                                {"optimizer_gflop_rank_max", r.optimizer_gflop_rank_max},
+                               {"round_optimizer_step_ms", r.round_optimizer_ms}, {"round_fwd_bwd_ms", r.round_fwd_bwd_ms},
                                {"oracle_bitwise", r.oracle_bitwise}});
   }
   if (!json_out.empty()) {

@@ -90,8 +90,9 @@ const char* memory_placement_name(Placement p) {
 
 }  // namespace
 
-double compute_seconds(const StageCompute& sc, const HardwareProfile& hw) {
-  double t = static_cast<double>(sc.ops) * hw.op_overhead_s;
+double compute_seconds(const StageCompute& sc, const HardwareProfile& hw, Stage stage) {
+  const double per_op = stage == Stage::optimizer && hw.optimizer_op_overhead_s > 0 ? hw.optimizer_op_overhead_s : hw.op_overhead_s;
+  double t = static_cast<double>(sc.ops) * per_op;
   for (int b = 0; b < kProductSizeBuckets; ++b) {
     const double n = std::exp2(static_cast<double>(b) / kProductSizeBucketsPerOctave);
     if (sc.bf16_by_size[b] > 0) t += sc.bf16_by_size[b] / hw.matmul_rate(true, n);
@@ -218,7 +219,7 @@ SimResult simulate(const SimConfig& c) {
   if (sharing && ranks_here <= kShareTracedRanks) {
     for (int rank = 0; rank < ranks_here; ++rank) {
       const StepTrace t = rank == busiest ? trace : trace_step(tc, W, rank);
-      for (int s = 0; s < kNumStages; ++s) node_work[s].push_back(compute_seconds(t.compute[s], hw));
+      for (int s = 0; s < kNumStages; ++s) node_work[s].push_back(compute_seconds(t.compute[s], hw, static_cast<Stage>(s)));
     }
     sharing_note = "compute: the node's " + std::to_string(ranks_here) + " ranks traced, sharing its " +
                    slots + " compute slots (processor sharing)";
@@ -226,7 +227,7 @@ SimResult simulate(const SimConfig& c) {
   const int opt = static_cast<int>(Stage::optimizer);
   const bool optimizer_without_collectives = r.stages[opt].calls == 0 && !(sharded_ns && W > 1);  // sharded NS: priced below
   for (int s = 0; s < kNumStages; ++s) {
-    const double own = compute_seconds(trace.compute[s], hw);
+    const double own = compute_seconds(trace.compute[s], hw, static_cast<Stage>(s));
     if (node_work[s].empty()) {
       r.stages[s].compute_s = own * share;
       // An optimizer stage without collectives lets each rank go on to the next step as soon as

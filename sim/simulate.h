@@ -84,8 +84,9 @@ int64_t activation_bytes(const TransformerConfig& model, int64_t batch, int64_t 
 nlohmann::json to_json(const SimResult& result);
 
 // Seconds one rank spends on a stage's compute alone: each matrix product at the profile's rate for
-// its dtype and size (HardwareProfile::matmul_rate), plus its operators at the per-operator cost.
-double compute_seconds(const StageCompute& compute, const HardwareProfile& profile);
+// its dtype and size (HardwareProfile::matmul_rate), plus its operators at the per-operator cost
+// (the optimizer stage's own where the profile has one).
+double compute_seconds(const StageCompute& compute, const HardwareProfile& profile, Stage stage);
 
 // When the last of jobs of the given seconds of work, started together on `slots` processors
 // shared equally among the unfinished ones, finishes (a CPU's thread ranks sharing its cores).

@@ -67,6 +67,7 @@ HardwareProfile hardware_profile_from_json(const std::string& text, const std::s
     }
   }
   if (j.contains("op_overhead_s")) p.op_overhead_s = f.number("op_overhead_s", 0, 1);
+  if (j.contains("optimizer_op_overhead_s")) p.optimizer_op_overhead_s = f.number("optimizer_op_overhead_s", 0, 1);
   if (c.j.contains("measured")) {
     const JsonFields measured = c.fields("measured");
     for (const auto& [name, _] : measured.j.items()) {
@@ -141,6 +142,7 @@ std::string hardware_profile_to_json(const HardwareProfile& p) {
                            {"matmul_flops", matmul},
                            {"compute_slots_per_node", p.compute_slots_per_node},
                            {"op_overhead_s", p.op_overhead_s},
+                           {"optimizer_op_overhead_s", p.optimizer_op_overhead_s},
                            {"sources", p.sources}};
   return j.dump(2) + "\n";
 }

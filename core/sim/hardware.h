@@ -57,6 +57,10 @@ struct HardwareProfile {
   // Host time per ATen operator dispatched (optional, 0 when absent): what small operators cost
   // beyond their FLOPs on a CPU; on a GPU the launches overlap the kernels and it is left at 0.
   double op_overhead_s = 0;
+  // The same for the operators of an optimizer step (optional, 0: op_overhead_s): they run without
+  // autograd, which records a graph node for each forward operator and drives the backward's
+  // through its engine, so on a CPU each costs less than one of a forward and backward.
+  double optimizer_op_overhead_s = 0;
   // Ranks of a node that compute at once (GPUs: every rank; a CPU: what its cores achieve together,
   // measured by calibrate, which may be less than their count): with more ranks on a node than
   // slots, each rank's compute takes ranks / slots times longer.
