@@ -275,11 +275,12 @@ double op_overhead(const HardwareProfile& p, double one_pass_s, int64_t& ops_out
   return std::max(0.0, (one_pass_s - flop_s) / static_cast<double>(ops));
 }
 
-// Host seconds per dispatched ATen operator of an optimizer step: the training defaults' step of
-// every tiny-model parameter on one thread (Muon on the hidden matrices, AdamW on the rest, as a
-// W = 1 owner steps them), without autograd, counted by the same observer; what its products at the
-// measured rates do not explain, spread over its operators. Median of `passes`.
-double optimizer_op_overhead(const HardwareProfile& p, int passes, int64_t& ops_out) {
+// Host seconds per dispatched ATen operator of an optimizer step: AdamW steps of every tiny-model
+// parameter on one thread, without autograd, as an optimizer stage runs its element-wise
+// operators. AdamW issues no matrix product, so its time is its operators' alone (counted by the
+// same observer); an estimate from a Muon step would be a small difference of two noisy numbers
+// (the step less its products at the measured rates). Median of `passes`.
+double optimizer_op_overhead(int passes, int64_t& ops_out) {
   const TransformerModel model{preset_config("tiny")};
   const OptimizerOptions options = training_defaults();
   ParamMap params = model.init(0);
@@ -288,7 +289,7 @@ double optimizer_op_overhead(const HardwareProfile& p, int passes, int64_t& ops_
   std::vector<at::Tensor> grads;
   for (const ParamSpec& spec : model.spec().params) {
     at::Tensor& t = params.at(spec.name);
-    optimizers.push_back(make_optimizer(options, spec.name, spec.kind == ParamKind::hidden_matrix, t.sizes().vec()));
+    optimizers.push_back(make_optimizer(options, spec.name, /*hidden_matrix=*/false, t.sizes().vec()));
     stepped.push_back(&t);
     grads.push_back(at::randn(t.sizes()).mul_(1e-2).to(t.scalar_type()));
   }
@@ -304,20 +305,18 @@ double optimizer_op_overhead(const HardwareProfile& p, int passes, int64_t& ops_
     t.push_back(seconds_since(t0));
   }
   std::sort(t.begin(), t.end());
-  std::array<StageCompute, kNumStages> stages;
+  int64_t ops = 0;
   {
     ComputeCounter counter;
     step();
-    stages = counter.stages();
+    for (const StageCompute& s : counter.stages()) {
+      TORCH_CHECK(s.flops_bf16 == 0 && s.flops_fp32 == 0, "calibrate: the AdamW step issued a matrix product");
+      ops += s.ops;
+    }
   }
-  HardwareProfile rates = p;
-  rates.op_overhead_s = rates.optimizer_op_overhead_s = 0;
-  int64_t ops = 0;
-  double flop_s = 0;
-  for (const StageCompute& s : stages) ops += s.ops, flop_s += compute_seconds(s, rates, Stage::optimizer);
   TORCH_CHECK(ops > 0, "calibrate: the operator observer counted no optimizer operator (RecordFunction disabled?)");
   ops_out = ops;
-  return std::max(0.0, (t[t.size() / 2] - flop_s) / static_cast<double>(ops));
+  return t[t.size() / 2] / static_cast<double>(ops);
 }
 
 std::string cpu_model() {
@@ -387,7 +386,7 @@ int run_calibrate(const CalibrateArgs& a) {
   const double one = tiny_pass_seconds(1, 15);
   p.op_overhead_s = op_overhead(p, one, ops);
   int64_t optimizer_ops = 0;
-  p.optimizer_op_overhead_s = optimizer_op_overhead(p, 15, optimizer_ops);
+  p.optimizer_op_overhead_s = optimizer_op_overhead(15, optimizer_ops);
 
   // What the cores achieve together: the same passes on every core at once, against one alone
   // (cores that share a physical core or its caches do less than their count).
@@ -400,7 +399,7 @@ int run_calibrate(const CalibrateArgs& a) {
                 p.matmul_curve_bf16[i].second / 1e9);
   std::printf("  per ATen operator: %.1f us (tiny model forward + backward, %lld operators)\n", p.op_overhead_s * 1e6,
               static_cast<long long>(ops));
-  std::printf("  per ATen operator of an optimizer step: %.1f us (the tiny model's Muon + AdamW step, %lld operators)\n",
+  std::printf("  per ATen operator of an optimizer step: %.1f us (AdamW on every tiny-model parameter, %lld operators)\n",
               p.optimizer_op_overhead_s * 1e6, static_cast<long long>(optimizer_ops));
   std::printf("  compute slots: %.2f of %d cores (the tiny pass on every core at once: %.2f ms, alone %.2f ms)\n",
               p.compute_slots_per_node, cores, together * 1e3, one * 1e3);
@@ -414,9 +413,8 @@ int run_calibrate(const CalibrateArgs& a) {
                "median per n (the flat rate: n = 512)",
                "op_overhead_s: median of 15 forward + backward passes of the tiny model on one thread, less its "
                "matrix products at those rates, per ATen operator dispatched",
-               "optimizer_op_overhead_s: median of 15 optimizer steps of every tiny-model parameter (training defaults: Muon on "
-               "the hidden matrices, AdamW on the rest) on one thread without autograd, less its matrix products at those rates, "
-               "per ATen operator dispatched",
+               "optimizer_op_overhead_s: median of 15 AdamW steps of every tiny-model parameter on one thread without autograd "
+               "(no matrix product), per ATen operator dispatched",
                "compute_slots_per_node: cores x (the tiny pass alone) / (the tiny pass on every core at once), medians of 15"};
   write_file_atomic(a.out, hardware_profile_to_json(p));
   std::printf("calibrate: wrote %s\n", a.out.c_str());

@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "cli/model_options.h"
 #include "core/plan/precision.h"
+#include "core/dist/mesh.h"
 #include "core/plan/presets.h"
 #include "core/sim/hardware.h"
 #include "sim/simulate.h"
@@ -34,6 +35,9 @@ struct SimulateArgs {
   bool checkpointing = false;
   bool fused_attention = false;
   std::string baseline_ns = "redundant";
+  int replicas = 1;
+  StepMode step_mode = StepMode::replicated;
+  bool placements_given = false;
   bool json = false;
 };
 
@@ -54,6 +58,9 @@ SimConfig make_sim_config(const SimulateArgs& a, Placement placement, int W, con
   if (a.ns_steps > 0) c.runtime.muon.ns_steps = a.ns_steps;
   c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.unshard = a.unshard == "allgather_even" ? UnshardStrategy::allgather_even : UnshardStrategy::broadcast;
+  c.runtime.replicas = a.replicas;
+  // dedup is the owner runtime's mode; the baselines' even-matrix steps run on every replica.
+  c.runtime.step_mode = placement == Placement::owner ? a.step_mode : StepMode::replicated;
   c.batch = a.batch;
   c.seq = a.seq;
   s.placement = placement;
@@ -77,14 +84,23 @@ int run_simulate(const SimulateArgs& a) {
     profile = load_hardware_profile(a.profile, MFSDP_PROFILE_DIR);
     preset_config(a.model);
     for (const std::string& p : a.placements) placement_from_string(p);
+    for (int W : a.world_sizes) mesh_shape(W, a.replicas);
   } catch (const c10::Error& e) {
     throw UsageError(std::string("simulate: ") + e.what_without_backtrace());
+  }
+  std::vector<std::string> placements = a.placements;
+  if (a.replicas > 1) {
+    // ZeRO-1 has no HSDP mode: left out of the default list, refused when named.
+    const bool zero1 = std::find(placements.begin(), placements.end(), "zero1") != placements.end();
+    if (zero1 && a.placements_given)
+      throw UsageError("simulate: the zero1 placement has no HSDP mode (--replicas " + std::to_string(a.replicas) + ")");
+    placements.erase(std::remove(placements.begin(), placements.end(), "zero1"), placements.end());
   }
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> assumptions;  // every result's, each once, in order
   for (int W : a.world_sizes) {
     std::vector<SimResult> results;
-    for (const std::string& p : a.placements) {
+    for (const std::string& p : placements) {
       results.push_back(simulate(make_sim_config(a, placement_from_string(p), W, profile)));
       for (const std::string& s : results.back().assumptions)
         if (std::find(assumptions.begin(), assumptions.end(), s) == assumptions.end()) assumptions.push_back(s);
@@ -93,16 +109,20 @@ int run_simulate(const SimulateArgs& a) {
       for (const SimResult& r : results) out.push_back(to_json(r));
       continue;
     }
-    std::printf("%s on %s, W = %d (%d node%s), %lld x %lld tokens per rank\n", a.model.c_str(), profile.name.c_str(), W,
-                results[0].nodes, results[0].nodes == 1 ? "" : "s", static_cast<long long>(a.batch),
+    std::string mesh;
+    if (a.replicas > 1)
+      mesh = " as " + std::to_string(a.replicas) + " replica groups of " + std::to_string(W / a.replicas) + " (HSDP)";
+    std::printf("%s on %s, W = %d%s (%d node%s), %lld x %lld tokens per rank\n", a.model.c_str(), profile.name.c_str(), W,
+                mesh.c_str(), results[0].nodes, results[0].nodes == 1 ? "" : "s", static_cast<long long>(a.batch),
                 static_cast<long long>(a.seq));
-    std::printf("  %-22s %8s %8s %8s %9s %8s %6s %10s %10s %10s %4s\n", "placement", "fwd ms", "bwd ms", "opt ms",
+    std::printf("  %-24s %8s %8s %8s %9s %8s %6s %10s %10s %10s %4s\n", "placement", "fwd ms", "bwd ms", "opt ms",
                 "opt comm", "step ms", "colls", "resident", "activ.", "peak", "fits");
     for (const SimResult& r : results) {
       int64_t calls = 0;
       for (const StageTime& st : r.stages) calls += st.calls;
       auto gib = [](int64_t b) { return human_bytes(static_cast<double>(b), 1); };
-      std::printf("  %-22s %8s %8s %8s %9s %8s %6lld %10s %10s %10s %4s\n", r.placement.c_str(),
+      const std::string name = r.step_mode.empty() ? r.placement : r.placement + " (" + r.step_mode + ")";
+      std::printf("  %-24s %8s %8s %8s %9s %8s %6lld %10s %10s %10s %4s\n", name.c_str(),
                   ms(r.stages[0].seconds()).c_str(), ms(r.stages[1].seconds()).c_str(), ms(r.stages[2].seconds()).c_str(),
                   ms(r.stages[2].comm_s).c_str(), ms(r.step_s).c_str(), static_cast<long long>(calls),
                   gib(r.resident_bytes).c_str(), gib(r.activation_bytes).c_str(), gib(r.peak_bytes).c_str(),
@@ -139,7 +159,11 @@ void add_simulate_command(CLI::App& app, Action& run) {
   auto a = std::make_shared<SimulateArgs>();
   cmd->add_option("--model", a->model, "Preset (mfsdp plan --help lists them)")->required();
   cmd->add_option("-w,--world-size", a->world_sizes, "Ranks (repeatable)")->required()->check(CLI::Range(1, 1 << 16));
-  cmd->add_option("--placement", a->placements, "owner | reconstruct | alltoall | zero1 | ddp (repeatable; default all)");
+  cmd->add_option("--placement", a->placements, "owner | reconstruct | alltoall | zero1 | ddp (repeatable; default all)")
+      ->each([a](const std::string&) { a->placements_given = true; });
+  cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W / R ranks (the plan made for W / R)")
+      ->check(CLI::Range(1, 1 << 16));
+  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup (docs/hsdp.md)");
   cmd->add_option("--profile", a->profile, "Hardware profile: a name in sim/profiles or a JSON file")->required();
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");

@@ -1,5 +1,6 @@
 #include "sim/simulate.h"
 
+#include "core/dist/mesh.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/planner.h"
 #include "core/sim/collective_model.h"
@@ -26,8 +27,20 @@ namespace {
 //           on its rows only under reconstruct)
 //   alltoall  matrix k of the even matrices on rank k mod W (the rounds of reference/alltoall.h);
 //           AdamW on every rank's rows
+//   HSDP (R replica groups of S): owner from the memory model over all R x S ranks (dedup: each
+//           shard stepped by one replica); reconstruct and alltoall as at S, on every replica
 std::vector<double> optimizer_macs_per_rank(const SimConfig& c, const ModelSpec& spec, const PlanUsage& owner_usage,
                                             const MemoryModelOptions& mm) {
+  const int R = c.train.runtime.replicas;
+  if (R > 1 && c.placement != Placement::owner && c.placement != Placement::ddp) {
+    SimConfig shard = c;
+    shard.world_size = c.world_size / R;
+    shard.train.runtime.replicas = 1;
+    const std::vector<double> per_shard_rank = optimizer_macs_per_rank(shard, spec, owner_usage, mm);
+    std::vector<double> macs(c.world_size);
+    for (int g = 0; g < c.world_size; ++g) macs[g] = per_shard_rank[g % shard.world_size];
+    return macs;
+  }
   const int W = c.world_size;
   std::vector<double> macs(W, 0.0);
   const OptimizerKind matrix_opt = c.train.runtime.optimizer;
@@ -165,15 +178,21 @@ SimResult simulate(const SimConfig& c) {
   SimResult r;
   r.placement = to_string(c.placement);
   r.world_size = W;
+  r.replicas = c.train.runtime.replicas;
+  r.step_mode = r.replicas > 1 && c.placement != Placement::ddp ? to_string(c.train.runtime.step_mode) : "";
   r.nodes = (W + hw.ranks_per_node - 1) / hw.ranks_per_node;
   r.profile = hw.name;
 
   const TransformerModel model(c.train.model);
+  // HSDP: R replica groups of S ranks (core/dist/mesh.h), the plan made for S.
+  const MeshShape mesh = mesh_shape(W, c.train.runtime.replicas);
   MemoryModelOptions mm;
   mm.optimizer = c.train.runtime.optimizer;
   mm.cost = OptimizerCostConfig(c.train.runtime);
   mm.precision = c.train.runtime.precision;
-  const OwnershipPlan owner_plan = make_plan(model.spec(), W, c.train.planner);
+  mm.replicas = mesh.replicas;
+  mm.step_mode = c.train.runtime.step_mode;
+  const OwnershipPlan owner_plan = make_plan(model.spec(), mesh.shard, c.train.planner);
   const PlanUsage usage = plan_usage(owner_plan, mm);
   // The rank traced: the one with the most optimizer work (every rank issues the same collectives
   // and computes the same forward and backward; the optimizer step is what differs).
@@ -186,20 +205,44 @@ SimResult simulate(const SimConfig& c) {
   r.traced_rank = busiest;
   r.traced_collectives = static_cast<int64_t>(trace.collectives.size());
 
-  std::vector<int> world(W);
-  std::iota(world.begin(), world.end(), 0);
-  const GroupShape world_shape = group_shape(world, hw);
+  // The traced rank's groups, node-major: the world; on a mesh its shard group (replica r:
+  // ranks r·S … r·S + S − 1) and its replicate group (shard rank s: s, S + s, …).
+  std::array<GroupShape, 3> shapes;
+  {
+    std::vector<int> world(W), shard(mesh.shard), replicate(mesh.replicas);
+    std::iota(world.begin(), world.end(), 0);
+    const int r = busiest / mesh.shard, s = busiest % mesh.shard;
+    for (int i = 0; i < mesh.shard; ++i) shard[i] = r * mesh.shard + i;
+    for (int i = 0; i < mesh.replicas; ++i) replicate[i] = i * mesh.shard + s;
+    shapes[static_cast<int>(TraceGroup::world)] = group_shape(world, hw);
+    shapes[static_cast<int>(TraceGroup::shard)] = group_shape(shard, hw);
+    shapes[static_cast<int>(TraceGroup::replicate)] = group_shape(replicate, hw);
+  }
+  const GroupShape& world_shape = shapes[static_cast<int>(TraceGroup::world)];
   const bool sharded_ns = c.placement == Placement::reconstruct && c.reconstruct_ns == SimConfig::ReconstructNs::sharded;
+  TORCH_CHECK(!sharded_ns || mesh.replicas == 1, "simulate: --baseline-ns sharded is priced for a flat world only, not on an HSDP mesh (--replicas ",
+              mesh.replicas, ")");
   if (sharded_ns) r.placement = "reconstruct/sharded-ns";
-  auto price = [&](Stage stage, CollectiveKind kind, int64_t bytes) {
+  auto price = [&](Stage stage, CollectiveKind kind, int64_t bytes, const GroupShape& shape, double slowdown = 1.0) {
     StageTime& st = r.stages[static_cast<int>(stage)];
     ++st.calls;
     st.bytes += bytes;
-    st.comm_s += collective_seconds(kind, bytes, world_shape, hw);
+    st.comm_s += slowdown * collective_seconds(kind, bytes, shape, hw);
+  };
+  // A node whose ranks share its compute slots (a CPU's thread ranks): every group of a mesh runs
+  // its collective at the same time as the others, so the node's ranks, not only the group's,
+  // contend for the cores. A group's fit was measured with its own ranks alone (each running at
+  // slots / n of a core); with all the node's ranks running, each runs at slots / ranks, so the
+  // group's collective takes ranks / max(n, slots) times as long.
+  const int node_ranks = std::min(W, hw.ranks_per_node);
+  auto contention = [&](const GroupShape& g) {
+    if (node_ranks <= hw.compute_slots_per_node || g.ranks >= node_ranks) return 1.0;
+    return node_ranks / std::max(static_cast<double>(g.ranks), hw.compute_slots_per_node);
   };
   for (const TracedCollective& t : trace.collectives) {
     if (sharded_ns && t.stage == Stage::optimizer) continue;  // replaced below
-    price(t.stage, t.kind, t.bytes);
+    const GroupShape& g = shapes[static_cast<int>(t.group)];
+    price(t.stage, t.kind, t.bytes, g, contention(g));
   }
 
   // Compute: the traced rank's matrix-product FLOPs at the matmul rate of their dtype, plus its
@@ -255,10 +298,10 @@ SimResult simulate(const SimConfig& c) {
     for (const ParamSpec& p : model.spec().params) {
       if (!matrix_kind(p.kind) || p.shape.size() != 2) continue;
       const int64_t m = std::min(p.shape[0], p.shape[1]), n = std::max(p.shape[0], p.shape[1]);
-      price(Stage::optimizer, CollectiveKind::allreduce, 4);
+      price(Stage::optimizer, CollectiveKind::allreduce, 4, world_shape);
       for (int it = 0; it < c.train.runtime.muon.ns_steps; ++it) {
-        price(Stage::optimizer, CollectiveKind::allgather, m * n * 2);
-        price(Stage::optimizer, CollectiveKind::allgather, m * m * 2);
+        price(Stage::optimizer, CollectiveKind::allgather, m * n * 2, world_shape);
+        price(Stage::optimizer, CollectiveKind::allgather, m * m * 2, world_shape);
       }
     }
     // Each rank its rows of every product: the cost model's multiply-adds over W, in bf16.
@@ -291,6 +334,13 @@ SimResult simulate(const SimConfig& c) {
           (c.fused_attention ? "fused attention (no S² scores kept)" : "scores and softmax kept (the model's attention)"),
   };
   if (!sharing_note.empty()) r.assumptions.push_back(sharing_note);
+  if (mesh.replicas > 1 && c.placement == Placement::ddp)
+    r.assumptions.push_back("ddp on a mesh: the oracle's world all-gathers, summed in the mesh's order");
+  else if (mesh.replicas > 1)
+    r.assumptions.push_back("HSDP: " + std::to_string(mesh.replicas) + " replica groups of " + std::to_string(mesh.shard) +
+                            " ranks (the plan made for " + std::to_string(mesh.shard) + "), step mode " +
+                            to_string(c.train.runtime.step_mode) +
+                            "; shard groups are consecutive ranks (node-major), replicate groups every S-th rank");
   if (c.placement == Placement::reconstruct && !sharded_ns)
     r.assumptions.push_back("reconstruct: one all-gather per matrix in the step, Newton–Schulz on every rank (reference/reconstruct.h, traced)");
   if (sharded_ns)
@@ -306,6 +356,8 @@ nlohmann::json to_json(const SimResult& r) {
   nlohmann::json j;
   j["placement"] = r.placement;
   j["world_size"] = r.world_size;
+  j["replicas"] = r.replicas;
+  if (!r.step_mode.empty()) j["step_mode"] = r.step_mode;
   j["nodes"] = r.nodes;
   j["profile"] = r.profile;
   for (int s = 0; s < kNumStages; ++s) {

@@ -23,7 +23,8 @@
 namespace mfsdp {
 
 struct SimConfig {
-  TrainConfig train;  // model, planner, optimizer, precision, reduce mode, batch and seq per rank
+  TrainConfig train;  // model, planner, optimizer, precision, reduce mode, HSDP mesh (runtime.replicas,
+                      // runtime.step_mode), batch and seq per rank
   Placement placement = Placement::owner;
   int world_size = 8;
   HardwareProfile profile;
@@ -50,6 +51,8 @@ struct StageTime {
 struct SimResult {
   std::string placement;
   int world_size = 0;
+  int replicas = 1;       // HSDP: R replica groups of world_size / R ranks
+  std::string step_mode;  // HSDP's step mode (replicated, dedup)
   int nodes = 0;
   std::string profile;
   std::array<StageTime, kNumStages> stages{};

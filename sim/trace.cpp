@@ -86,7 +86,7 @@ void on_leave(const at::RecordFunction&, at::ObserverContext*) { --t_depth; }
 
 }  // namespace
 
-ComputeCounter::ComputeCounter(const RecordingBackend* backend) : backend_(backend) {
+ComputeCounter::ComputeCounter(std::vector<const RecordingBackend*> backends) : backends_(std::move(backends)) {
   ComputeCounter* none = nullptr;
   TORCH_CHECK(g_counter.compare_exchange_strong(none, this), "trace: compute is already being counted");
   handle_ = at::addGlobalCallback(
@@ -105,10 +105,10 @@ void ComputeCounter::backward_begins() {
 
 void ComputeCounter::count(bool outermost, double flops, bool half) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const Phase phase = backend_ ? backend_->phase() : Phase::other;
-  const Stage stage = phase == Phase::optimizer_step || phase == Phase::update_broadcast ? Stage::optimizer
-                      : backward_                                                     ? Stage::backward
-                                                                                      : Stage::forward;
+  const bool optimizer = std::any_of(backends_.begin(), backends_.end(), [](const RecordingBackend* b) {
+    return b->phase() == Phase::optimizer_step || b->phase() == Phase::update_broadcast;
+  });
+  const Stage stage = optimizer ? Stage::optimizer : backward_ ? Stage::backward : Stage::forward;
   StageCompute& s = stages_[static_cast<int>(stage)];
   if (outermost) ++s.ops;
   if (flops <= 0) return;
@@ -121,8 +121,6 @@ void ComputeCounter::count(bool outermost, double flops, bool half) {
 StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
   TORCH_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "simulate: rank ", rank, " is not in a world of ",
               world_size);
-  TORCH_CHECK(config_in.runtime.replicas == 1, "simulate: HSDP meshes (--replicas ", config_in.runtime.replicas,
-              ") are not traced yet");
   TORCH_CHECK(config_in.model.experts == 0, "simulate: MoE models are not traced yet (the dispatch reads token counts)");
   const auto t0 = std::chrono::steady_clock::now();
   TrainConfig config = config_in;
@@ -135,8 +133,23 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
   auto tracer = c10::make_intrusive<TracingBackend>(rank, world_size);
   Communicator comm(tracer);
   comm.backend().record_events(true);
-  std::unique_ptr<PlacementRunner> runner = make_runner(model, comm, config, init);
-  comm.backend().clear_events();
+  // HSDP: the mesh's shard and replicate groups trace into the world's log.
+  RankContext ctx;
+  ctx.rank = rank;
+  ctx.world_size = world_size;
+  ctx.backend = tracer;
+  ctx.make_group = [&](const std::string& group, int r, int n) -> c10::intrusive_ptr<c10d::Backend> {
+    return c10::make_intrusive<TracingBackend>(r, n, group == "shard" ? TraceGroup::shard : TraceGroup::replicate, tracer->log());
+  };
+  std::unique_ptr<PlacementRunner> runner = make_runner(model, comm, config, init, &ctx);
+  // The rank's groups, in TraceGroup order: the world, then (HSDP) shard and replicate.
+  std::vector<RecordingBackend*> groups{&comm.backend()};
+  for (Communicator* g : runner->communicators()) groups.push_back(&g->backend());
+  TORCH_INTERNAL_ASSERT(groups.size() == 1 || groups.size() == 3, "trace: a runner with ", groups.size() - 1, " sub-groups");
+  for (RecordingBackend* g : groups) {
+    g->record_events(true);
+    g->clear_events();
+  }
   const size_t before = tracer->calls().size();
 
   const auto ids = at::TensorOptions().dtype(at::kLong).device(at::kMeta);
@@ -144,7 +157,7 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
   StepTrace trace;
   size_t backward_from = 0;
   {
-    ComputeCounter counter(&comm.backend());
+    ComputeCounter counter(std::vector<const RecordingBackend*>(groups.begin(), groups.end()));
     runner->step(tokens, targets, [&] {
       backward_from = tracer->calls().size();
       counter.backward_begins();
@@ -154,17 +167,27 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
 
   trace.world_size = world_size;
   trace.rank = rank;
-  size_t k = before;
-  for (const BackendEvent& e : comm.backend().events()) {
-    if (!e.collective) continue;
-    TORCH_INTERNAL_ASSERT(k < tracer->calls().size(), "trace: the recording backend logged a collective the tracer never saw");
+  // Each group's log holds its own collectives in order; the shared call log, every group's in
+  // the order they were issued.
+  std::vector<std::vector<const BackendEvent*>> logged(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (const BackendEvent& e : groups[g]->events())
+      if (e.collective) logged[g].push_back(&e);
+  std::vector<size_t> next(groups.size(), 0);
+  for (size_t k = before; k < tracer->calls().size(); ++k) {
+    const TracedCall& call = tracer->calls()[k];
+    const size_t g = static_cast<size_t>(call.group);
+    TORCH_INTERNAL_ASSERT(g < groups.size() && next[g] < logged[g].size(), "trace: the tracer saw a collective on the ",
+                          to_string(call.group), " group that its recording backend did not log");
+    const BackendEvent& e = *logged[g][next[g]++];
     const Stage stage = e.phase == Phase::optimizer_step || e.phase == Phase::update_broadcast ? Stage::optimizer
                         : k >= backward_from                                                   ? Stage::backward
                                                                                                : Stage::forward;
-    const TracedCall& call = tracer->calls()[k++];
-    trace.collectives.push_back(TracedCollective{e.what, call.kind, e.phase, e.unit, stage, e.root, e.bytes, call.bytes});
+    trace.collectives.push_back(TracedCollective{e.what, call.kind, e.phase, e.unit, stage, e.root, e.bytes, call.bytes, call.group});
   }
-  TORCH_INTERNAL_ASSERT(k == tracer->calls().size(), "trace: the tracer saw collectives the recording backend did not log");
+  for (size_t g = 0; g < groups.size(); ++g)
+    TORCH_INTERNAL_ASSERT(next[g] == logged[g].size(), "trace: the ", to_string(static_cast<TraceGroup>(g)),
+                          " group's recording backend logged a collective the tracer never saw");
   trace.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return trace;
 }

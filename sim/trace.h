@@ -12,6 +12,7 @@
 #include "core/dist/recording_backend.h"
 #include "core/sim/hardware.h"
 #include "core/train/trainer.h"
+#include "sim/tracing_backend.h"
 
 #include <array>
 #include <cstdint>
@@ -37,6 +38,7 @@ struct TracedCollective {
   int root = -1;            // broadcast / reduce root, else -1
   int64_t input_bytes = 0;  // as the RecordingBackend counts them (the tensors handed in)
   int64_t bytes = 0;        // the size the collective model prices (TracedCall::bytes)
+  TraceGroup group = TraceGroup::world;  // HSDP: the shard or replicate group it went to
 };
 
 // The compute a stage dispatched, counted by a RecordFunction observer while the step ran: ATen
@@ -54,11 +56,11 @@ struct StageCompute {
 };
 
 // Counts, while alive, the compute this process dispatches (a RecordFunction observer; one at a
-// time). The stage is optimizer while `backend` (when given) is in phase optimizer_step or
-// update_broadcast, else backward once backward_begins() was called, else forward.
+// time). The stage is optimizer while one of `backends` (a rank's groups) is in phase
+// optimizer_step or update_broadcast, else backward once backward_begins() was called, else forward.
 class ComputeCounter {
  public:
-  explicit ComputeCounter(const RecordingBackend* backend = nullptr);
+  explicit ComputeCounter(std::vector<const RecordingBackend*> backends = {});
   ~ComputeCounter();
   ComputeCounter(const ComputeCounter&) = delete;
   ComputeCounter& operator=(const ComputeCounter&) = delete;
@@ -69,7 +71,7 @@ class ComputeCounter {
   void count(bool outermost, double flops, bool half);  // flops: 2·m·k·n of a product, else 0
 
  private:
-  const RecordingBackend* backend_;
+  std::vector<const RecordingBackend*> backends_;
   bool backward_ = false;
   std::array<StageCompute, kNumStages> stages_{};
   std::mutex mutex_;
@@ -85,8 +87,9 @@ struct StepTrace {
 };
 
 // Traces one step of config.placement (set with apply_placement) at `world_size` on `rank`, with
-// config.batch x config.seq tokens per rank. Refuses what it cannot trace (HSDP meshes, MoE
-// dispatch, which reads token counts), naming it.
+// config.batch x config.seq tokens per rank. On an HSDP mesh (config.runtime.replicas > 1) the
+// rank's shard and replicate groups are tracing backends too, and each collective names its group.
+// Refuses what it cannot trace (MoE dispatch, which reads token counts), naming it.
 StepTrace trace_step(const TrainConfig& config, int world_size, int rank = 0);
 
 }  // namespace mfsdp

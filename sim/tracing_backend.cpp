@@ -18,8 +18,17 @@ class DoneWork final : public c10d::Work {
 
 }  // namespace
 
+const char* to_string(TraceGroup group) {
+  switch (group) {
+    case TraceGroup::world: return "world";
+    case TraceGroup::shard: return "shard";
+    case TraceGroup::replicate: return "replicate";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown TraceGroup");
+}
+
 c10::intrusive_ptr<c10d::Work> TracingBackend::done(CollectiveKind kind, int64_t bytes) {
-  calls_.push_back(TracedCall{kind, bytes});
+  log_->push_back(TracedCall{kind, bytes, group_});
   return c10::make_intrusive<DoneWork>();
 }
 

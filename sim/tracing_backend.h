@@ -19,20 +19,32 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace mfsdp {
 
+// Which of a rank's groups a collective went to: the world or, on an HSDP mesh
+// (core/dist/mesh.h), its shard group or its replicate group.
+enum class TraceGroup { world, shard, replicate };
+const char* to_string(TraceGroup group);
+
 struct TracedCall {
   CollectiveKind kind = CollectiveKind::broadcast;
   int64_t bytes = 0;  // as the collective model reads it (above)
+  TraceGroup group = TraceGroup::world;
 };
 
 class TracingBackend final : public c10d::Backend {
  public:
-  TracingBackend(int rank, int size) : c10d::Backend(rank, size) {}
+  // `log`: shared by the backends of one rank's groups, so that their calls keep one issue order
+  // (a new log when none is given).
+  TracingBackend(int rank, int size, TraceGroup group = TraceGroup::world,
+                 std::shared_ptr<std::vector<TracedCall>> log = nullptr)
+      : c10d::Backend(rank, size), group_(group), log_(log ? std::move(log) : std::make_shared<std::vector<TracedCall>>()) {}
 
-  const std::vector<TracedCall>& calls() const { return calls_; }
+  const std::vector<TracedCall>& calls() const { return *log_; }
+  const std::shared_ptr<std::vector<TracedCall>>& log() const { return log_; }
 
   const std::string getBackendName() const override { return "trace"; }
 
@@ -55,7 +67,8 @@ class TracingBackend final : public c10d::Backend {
 
  private:
   c10::intrusive_ptr<c10d::Work> done(CollectiveKind kind, int64_t bytes);
-  std::vector<TracedCall> calls_;
+  TraceGroup group_;
+  std::shared_ptr<std::vector<TracedCall>> log_;
 };
 
 }  // namespace mfsdp

@@ -13,6 +13,23 @@ MeshShape mesh_shape(int world_size, int replicas) {
   return MeshShape{replicas, world_size / replicas};
 }
 
+namespace {
+
+// The sub-groups of a mesh meeting over prefixes of the world's store, each a backend of its own.
+void form_over_store(RankContext& ctx, Mesh& m) {
+  const int S = m.shape.shard;
+  TORCH_CHECK(ctx.store, "mesh: rank ", ctx.rank, " has no store to form sub-groups over");
+  const std::string tag = "mfsdp/mesh" + std::to_string(ctx.groups_formed++) + "_" + std::to_string(m.shape.replicas) + "x" +
+                          std::to_string(S);
+  auto shard_store = c10::make_intrusive<c10d::PrefixStore>(tag + "/shard_" + std::to_string(m.replica), ctx.store);
+  auto replicate_store = c10::make_intrusive<c10d::PrefixStore>(tag + "/replicate_" + std::to_string(m.shard_rank), ctx.store);
+  m.shard = std::make_unique<Communicator>(make_backend(ctx.backend_kind, shard_store, m.shard_rank, S, ctx.timeout));
+  m.replicate = std::make_unique<Communicator>(
+      make_backend(ctx.backend_kind, replicate_store, m.replica, m.shape.replicas, ctx.timeout));
+}
+
+}  // namespace
+
 Mesh make_mesh(RankContext& ctx, int replicas) {
   Mesh m;
   m.shape = mesh_shape(ctx.world_size, replicas);
@@ -23,14 +40,16 @@ Mesh make_mesh(RankContext& ctx, int replicas) {
     m.shard = std::make_unique<Communicator>(ctx.backend);
     return m;
   }
-  TORCH_CHECK(ctx.store, "mesh: rank ", ctx.rank, " has no store to form sub-groups over");
-  const std::string tag = "mfsdp/mesh" + std::to_string(ctx.groups_formed++) + "_" + std::to_string(m.shape.replicas) + "x" +
-                          std::to_string(S);
-  auto shard_store = c10::make_intrusive<c10d::PrefixStore>(tag + "/shard_" + std::to_string(m.replica), ctx.store);
-  auto replicate_store = c10::make_intrusive<c10d::PrefixStore>(tag + "/replicate_" + std::to_string(m.shard_rank), ctx.store);
-  m.shard = std::make_unique<Communicator>(make_backend(ctx.backend_kind, shard_store, m.shard_rank, S, ctx.timeout));
-  m.replicate = std::make_unique<Communicator>(
-      make_backend(ctx.backend_kind, replicate_store, m.replica, m.shape.replicas, ctx.timeout));
+  if (ctx.make_group) {
+    m.shard = std::make_unique<Communicator>(ctx.make_group("shard", m.shard_rank, S));
+    m.replicate = std::make_unique<Communicator>(ctx.make_group("replicate", m.replica, m.shape.replicas));
+  } else {
+    form_over_store(ctx, m);
+  }
+  if (ctx.on_group) {
+    ctx.on_group("shard", c10::intrusive_ptr<RecordingBackend>::reclaim_copy(&m.shard->backend()));
+    ctx.on_group("replicate", c10::intrusive_ptr<RecordingBackend>::reclaim_copy(&m.replicate->backend()));
+  }
   return m;
 }
 

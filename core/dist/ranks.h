@@ -7,6 +7,7 @@
 
 #include "core/dist/determinism.h"
 #include "core/dist/process_group.h"
+#include "core/dist/recording_backend.h"
 
 #include <ATen/core/Generator.h>
 
@@ -32,6 +33,11 @@ struct RankContext {
   // Sub-groups formed so far: every rank forms them in the same order, so the count names each
   // one's store prefix uniquely (a prefix reused by a second group would meet the first's keys).
   int groups_formed = 0;
+  // Optional. make_group: forms a sub-group ("shard" or "replicate", this rank's rank in it, its
+  // size) instead of meeting over the store (the simulator's tracing backends, sim/trace.h).
+  // on_group: told of each sub-group formed, with its recording backend (tests read its log).
+  std::function<c10::intrusive_ptr<c10d::Backend>(const std::string& group, int rank, int size)> make_group;
+  std::function<void(const std::string& group, const c10::intrusive_ptr<RecordingBackend>& backend)> on_group;
 };
 
 struct RanksOptions {

@@ -64,27 +64,40 @@ TEST_P(TraceMatchesRealStep, EveryRankIssuesWhatItsTraceSays) {
   apply_placement(tc.placement, c);
   const int W = tc.world_size;
   std::mutex mutex;
-  std::vector<std::vector<std::string>> real(W);
+  // Per rank, per group (world; HSDP: shard, replicate), the collectives in order.
+  std::vector<std::array<std::vector<std::string>, 3>> real(W);
   RanksOptions ranks;
   ranks.world_size = W;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    RecordingBackend& backend = *recording(ctx.backend);
-    backend.record_events(true);
+    std::vector<c10::intrusive_ptr<RecordingBackend>> groups{recording(ctx.backend)};
+    ctx.on_group = [&](const std::string&, const c10::intrusive_ptr<RecordingBackend>& b) {
+      b->record_events(true);
+      groups.push_back(b);
+    };
+    groups[0]->record_events(true);
     train_placement(ctx, c);
-    backend.record_events(false);
-    std::vector<std::string> mine;
-    for (const BackendEvent& e : backend.events())
-      if (e.collective && step_phase(e.phase)) mine.push_back(describe(e.what, e.phase, e.unit, e.root, e.bytes));
+    std::array<std::vector<std::string>, 3> mine;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      groups[g]->record_events(false);
+      for (const BackendEvent& e : groups[g]->events())
+        if (e.collective && step_phase(e.phase)) mine.at(g).push_back(describe(e.what, e.phase, e.unit, e.root, e.bytes));
+    }
     std::lock_guard<std::mutex> lock(mutex);
     real[ctx.rank] = mine;
   });
   for (int r = 0; r < W; ++r) {
     const StepTrace trace = trace_step(c, W, r);
-    std::vector<std::string> traced;
+    std::array<std::vector<std::string>, 3> traced;
     for (const TracedCollective& t : trace.collectives)
-      if (step_phase(t.phase)) traced.push_back(describe(t.op, t.phase, t.unit, t.root, t.input_bytes));
-    ASSERT_FALSE(real[r].empty()) << "rank " << r << " logged no collective";
-    EXPECT_EQ(traced, real[r]) << "rank " << r;
+      if (step_phase(t.phase)) traced[static_cast<int>(t.group)].push_back(describe(t.op, t.phase, t.unit, t.root, t.input_bytes));
+    ASSERT_FALSE(real[r][0].empty() && real[r][1].empty()) << "rank " << r << " logged no collective";
+    for (int g = 0; g < 3; ++g) {
+      const char* group = to_string(static_cast<TraceGroup>(g));
+      if (c.runtime.replicas > 1 && g > 0) {
+        EXPECT_FALSE(traced[g].empty()) << "rank " << r << " traced nothing on its " << group << " group";
+      }
+      EXPECT_EQ(traced[g], real[r][g]) << "rank " << r << ", " << group << " group";
+    }
   }
 }
 
@@ -107,7 +120,20 @@ INSTANTIATE_TEST_SUITE_P(
                                   c.runtime.precision.reduce_dtype = at::kBFloat16;
                                 }},
                       TraceCase{"owner_W3_shampoo", Placement::owner, 3,
-                                [](TrainConfig& c) { c.runtime.optimizer = c.planner.optimizer = OptimizerKind::shampoo; }}),
+                                [](TrainConfig& c) { c.runtime.optimizer = c.planner.optimizer = OptimizerKind::shampoo; }},
+                      // HSDP meshes: each rank's shard and replicate groups, group by group.
+                      TraceCase{"hsdp_r2s3_owner_replicated", Placement::owner, 6, [](TrainConfig& c) { c.runtime.replicas = 2; }},
+                      TraceCase{"hsdp_r3s2_owner_dedup", Placement::owner, 6,
+                                [](TrainConfig& c) {
+                                  c.runtime.replicas = 3;
+                                  c.runtime.step_mode = StepMode::dedup;
+                                }},
+                      TraceCase{"hsdp_r2s2_reconstruct", Placement::reconstruct, 4, [](TrainConfig& c) { c.runtime.replicas = 2; }},
+                      TraceCase{"hsdp_r2s3_alltoall_fast", Placement::alltoall, 6,
+                                [](TrainConfig& c) {
+                                  c.runtime.replicas = 2;
+                                  c.runtime.reduce = ReduceMode::fast;
+                                }}),
     [](const ::testing::TestParamInfo<TraceCase>& info) { return info.param.name; });
 
 SimConfig cluster(const std::string& model, Placement placement, int W, const std::string& profile) {
@@ -220,12 +246,13 @@ TEST(Trace, CountsTheFlopsTheFormulasGive) {
 
 TEST(Trace, RefusesWhatItCannotTrace) {
   TrainConfig c = small_config();
-  c.runtime.replicas = 2;
+  c.model.experts = 4;
+  c.model.top_k = 2;
   try {
     trace_step(c, 4);
     ADD_FAILURE() << "no error";
   } catch (const c10::Error& e) {
-    EXPECT_NE(std::string(e.what_without_backtrace()).find("HSDP meshes (--replicas 2) are not traced yet"), std::string::npos)
+    EXPECT_NE(std::string(e.what_without_backtrace()).find("MoE models are not traced yet"), std::string::npos)
         << e.what_without_backtrace();
   }
 }
@@ -258,8 +285,8 @@ TEST(Simulate, PricesTheOptimizerStagesOperatorsAtTheirOwnCost) {
 // The check against measured CPUs (docs/simulate.md): on each machine `mfsdp calibrate` measured
 // a profile and bench_step ran right after it; the simulator, given that profile alone, predicts
 // the bench (results/cpu/simcheck/<machine>/{profile,bench_step}.json, the inputs; no timing here):
-// the optimizer step and forward + backward of every placement at W = 2, 4 and 8, for both bench
-// models. Stated tolerances: the median error at most 25 % and every latency within 2x, but for the
+// the optimizer step and forward + backward of every placement at W = 2, 4 and 8, and of the HSDP
+// meshes of 2 replica groups at W = 4 and 8 where the file has them, for both bench models. Stated tolerances: the median error at most 25 % and every latency within 2x, but for the
 // misses named in kUnmodelled (the issue asks for every latency within 25 %; the table this prints
 // shows where the model falls short, and beside it how far the bench's own rounds stray from one
 // another where the file has rounds).
@@ -283,6 +310,7 @@ TEST_P(PredictsTheMeasuredCpuBench, WithinTheStatedTolerances) {
   constexpr double kMedianTolerance = 0.25, kEveryFactor = 2.0;
   std::vector<double> errors, bench_spreads;
   std::ostringstream table;
+  int flat_cases = 0;
   auto spread = [](const nlohmann::json& m, const char* key) {  // the rounds' largest / smallest - 1
     if (!m.contains(key) || m.at(key).size() < 2) return -1.0;
     const std::vector<double> v = m.at(key).get<std::vector<double>>();
@@ -291,7 +319,7 @@ TEST_P(PredictsTheMeasuredCpuBench, WithinTheStatedTolerances) {
   for (const nlohmann::json& m : bench.at("cases")) {
     const std::string placement = m.at("placement"), model = m.at("model");
     const int W = m.at("world_size");
-    if (placement.rfind("hsdp2_", 0) == 0) continue;  // HSDP meshes are not traced yet
+    flat_cases += placement.rfind("hsdp2_", 0) != 0;
     SimConfig sc;
     sc.train = bench_train_config(placement, model);
     sc.placement = sc.train.placement;
@@ -307,7 +335,7 @@ TEST_P(PredictsTheMeasuredCpuBench, WithinTheStatedTolerances) {
     const double opt_spread = spread(m, "round_optimizer_step_ms"), fb_spread = spread(m, "round_fwd_bwd_ms");
     char line[300];
     std::snprintf(line, sizeof(line),
-                  "%-6s %-12s W=%d  optimizer %7.1f ms predicted %7.1f (%+4.0f%%; rounds %3.0f%%)  fwd+bwd %7.1f ms "
+                  "%-6s %-22s W=%d  optimizer %7.1f ms predicted %7.1f (%+4.0f%%; rounds %3.0f%%)  fwd+bwd %7.1f ms "
                   "predicted %7.1f (%+4.0f%%; rounds %3.0f%%)\n",
                   model.c_str(), placement.c_str(), W, opt_m, opt, 100 * (opt / opt_m - 1), 100 * opt_spread, fb_m, fb,
                   100 * (fb / fb_m - 1), 100 * fb_spread);
@@ -325,7 +353,7 @@ TEST_P(PredictsTheMeasuredCpuBench, WithinTheStatedTolerances) {
                                     << (listed ? " (listed as unmodelled, but now within 2x: drop it from the list)" : "");
     }
   }
-  ASSERT_EQ(errors.size(), 2u * 2 * 5 * 3) << "the bench file lacks cases (2 models x 5 placements x W = 2, 4, 8)";
+  ASSERT_EQ(flat_cases, 2 * 5 * 3) << "the bench file lacks cases (2 models x 5 placements x W = 2, 4, 8)";
   std::sort(errors.begin(), errors.end());
   const double median = errors[errors.size() / 2];
   const auto within = std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 0.25; });
@@ -346,11 +374,20 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // Intel Xeon, 2 cores, AVX-512 and AMX: one round of 6 steps (2026-12-02).
         CpuCheck{"xeon", {}},
-        // AMD EPYC (Zen 5), 2 cores: three rounds of 10 steps (2026-12-03). The tiny model's owner
-        // step at W = 8 is 8 ranks of about a millisecond each on 1.7 cores: processor sharing
-        // from a common start prices it as if all overlapped (6.5 ms), but the ranks leave the
-        // backward's last all-to-all one by one as the cores free up and hardly overlap (2.0 ms).
-        CpuCheck{"epyc", {{"tiny", "owner", 8, "optimizer step"}}}),
+        // AMD EPYC (Zen 5), 2 cores: three rounds of 10 steps, HSDP meshes too (2026-12-03).
+        // Unmodelled: (1) small optimizer stages without collectives on oversubscribed cores: the
+        // tiny model's owner step at W = 4 and 8 and its HSDP replicated step at W = 4 are ranks of about
+        // a millisecond each on 1.7 cores; processor sharing from a common start prices them as if
+        // all overlapped, but the ranks leave the backward's last all-to-all one by one as the
+        // cores free up and hardly overlap. (2) HSDP dedup at W = 4: the update broadcast over
+        // 2-rank replicate groups while the other group computes costs twice what the contended
+        // 2-rank fit gives.
+        CpuCheck{"epyc",
+                 {{"tiny", "owner", 4, "optimizer step"},
+                  {"tiny", "owner", 8, "optimizer step"},
+                  {"tiny", "hsdp2_owner_replicated", 4, "optimizer step"},
+                  {"tiny", "hsdp2_owner_dedup", 4, "optimizer step"},
+                  {"small", "hsdp2_owner_dedup", 4, "optimizer step"}}}),
     [](const ::testing::TestParamInfo<CpuCheck>& info) { return info.param.machine; });
 
 }  // namespace
