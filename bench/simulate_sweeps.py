@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Scale sweeps of `mfsdp simulate` (docs/simulate.md): owner against each baseline for the 8B, 32B
 and 70B presets at W = 8 ... 1024 on the H100 profile, the cluster configuration (fast reduce,
-all-gather of even prefixes, fused attention, activation checkpointing, 4096 tokens per rank).
-Writes the JSON of every run and prints the markdown table docs/simulate.md shows.
+all-gather of even prefixes, fused attention, activation checkpointing, 4096 tokens per rank), and
+the owner on HSDP meshes whose shard group is one node (S = 8) in both step modes.
+Writes the JSON of every run and prints the markdown tables docs/simulate.md shows.
 
   python3 bench/simulate_sweeps.py build/mfsdp results/sim/sweeps.json
 """
@@ -15,6 +16,8 @@ import tempfile
 MODELS = ["llama3-8b", "qwen2.5-32b", "llama3-70b"]
 WORLD = [8, 64, 256, 1024]
 PLACEMENTS = ["owner", "reconstruct", "alltoall", "zero1"]
+HSDP_SHARD = 8  # one node's ranks: the shard group's traffic stays on NVLink
+HSDP_WORLD = [64, 256, 1024]
 FLAGS = ["--profile", "h100-8x-8ndr", "--fast", "--unshard", "allgather_even", "--fused-attention",
          "--activation-checkpointing"]
 
@@ -32,13 +35,23 @@ def main():
         for r in res:
             r["model"] = model
         runs += res
+        for mode in ["replicated", "dedup"]:
+            cmd = [mfsdp, "simulate", "--model", model, "--json", *FLAGS, "--placement", "owner",
+                   "--step-mode", mode]
+            for w in HSDP_WORLD:
+                res = json.loads(subprocess.run(cmd + ["-w", str(w), "--replicas", str(w // HSDP_SHARD)], check=True,
+                                                capture_output=True, text=True).stdout)
+                for r in res:
+                    r["model"] = model
+                runs += res
         print(f"simulated {model}", file=sys.stderr)
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(out) or ".", delete=False) as f:
         json.dump({"format": "mfsdp-sim-sweep", "flags": FLAGS, "runs": runs}, f, indent=1)
     os.replace(f.name, out)
 
-    by = {(r["model"], r["world_size"], r["placement"]): r for r in runs}
+    by = {(r["model"], r["world_size"], r["placement"]): r for r in runs if r.get("replicas", 1) == 1}
+    mesh = {(r["model"], r["world_size"], r["step_mode"]): r for r in runs if r.get("replicas", 1) > 1}
     print("| model | W | owner opt ms | reconstruct | alltoall | zero1 | owner step s | owner peak GiB | simulate s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for model in MODELS:
@@ -49,6 +62,15 @@ def main():
             print(f"| {model} | {w} | {opt('owner'):.1f} | {opt('reconstruct'):.0f} ({opt('reconstruct') / opt('owner'):.0f}x) "
                   f"| {opt('alltoall'):.1f} ({opt('alltoall') / opt('owner'):.1f}x) | {opt('zero1'):.1f} "
                   f"| {o['step_s']:.2f} | {o['memory']['peak_bytes'] / 2**30:.1f} | {sim:.2f} |")
+    print()
+    print(f"| model | W | mesh | owner opt ms / step s / peak GiB | HSDP replicated | HSDP dedup |")
+    print("|---|---|---|---|---|---|")
+    cell = lambda r: (f"{r['stages']['optimizer']['seconds'] * 1e3:.1f} / {r['step_s']:.2f} / "
+                      f"{r['memory']['peak_bytes'] / 2**30:.1f}")
+    for model in MODELS:
+        for w in HSDP_WORLD:
+            print(f"| {model} | {w} | {w // HSDP_SHARD} x {HSDP_SHARD} | {cell(by[(model, w, 'owner')])} "
+                  f"| {cell(mesh[(model, w, 'replicated')])} | {cell(mesh[(model, w, 'dedup')])} |")
 
 
 if __name__ == "__main__":

@@ -242,6 +242,15 @@ nlohmann::json load_result(const std::string& path) {
   return j;
 }
 
+// A simulate run's series: its placement, and on an HSDP mesh the shard group's size and the step
+// mode ("owner HSDP S=8 dedup").
+std::string sweep_series(const nlohmann::json& r) {
+  const std::string p = r["placement"];
+  const int R = r.value("replicas", 1);
+  if (R <= 1) return p;
+  return p + " HSDP S=" + std::to_string(r["world_size"].get<int>() / R) + (r.contains("step_mode") ? " " + r["step_mode"].get<std::string>() : "");
+}
+
 // Projections (`mfsdp simulate` sweeps, bench/simulate_sweeps.py): per model, the optimizer stage
 // and the whole step of each placement against W, memory per rank, every run, and the assumptions.
 void render_sweep(std::ostringstream& o, const nlohmann::json& R, size_t f, const std::string& name) {
@@ -252,7 +261,7 @@ void render_sweep(std::ostringstream& o, const nlohmann::json& R, size_t f, cons
   std::vector<std::string> models, placements;
   std::set<int> ws;
   for (const auto& r : R["runs"]) {
-    const std::string m = r["model"], p = r["placement"];
+    const std::string m = r["model"], p = sweep_series(r);
     if (std::find(models.begin(), models.end(), m) == models.end()) models.push_back(m);
     if (std::find(placements.begin(), placements.end(), p) == placements.end()) placements.push_back(p);
     ws.insert(r["world_size"].get<int>());
@@ -261,7 +270,7 @@ void render_sweep(std::ostringstream& o, const nlohmann::json& R, size_t f, cons
   for (int W : ws) wcats.push_back("W=" + std::to_string(W));
   auto value = [&](const std::string& m, const std::string& p, int W, const std::function<double(const nlohmann::json&)>& get) {
     for (const auto& r : R["runs"])
-      if (r["model"] == m && r["placement"] == p && r["world_size"] == W) return get(r);
+      if (r["model"] == m && sweep_series(r) == p && r["world_size"] == W) return get(r);
     return std::nan("");
   };
   for (const std::string& m : models) {
@@ -286,7 +295,7 @@ void render_sweep(std::ostringstream& o, const nlohmann::json& R, size_t f, cons
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : R["runs"]) {
     const auto& st = r["stages"];
-    rows.push_back({r["model"].get<std::string>() + " / " + r["placement"].get<std::string>(), std::to_string(r["world_size"].get<int>()),
+    rows.push_back({r["model"].get<std::string>() + " / " + sweep_series(r), std::to_string(r["world_size"].get<int>()),
                     num(st["forward"]["seconds"].get<double>() * 1e3), num(st["backward"]["seconds"].get<double>() * 1e3),
                     num(st["optimizer"]["seconds"].get<double>() * 1e3), num(st["optimizer"]["comm_s"].get<double>() * 1e3),
                     num(r["step_s"].get<double>() * 1e3), bytes_text(r["memory"]["peak_bytes"].get<double>()),

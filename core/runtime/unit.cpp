@@ -333,12 +333,35 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   const int W = plan_.world_size();
   // This rank's gradient in the unit's rank-major layout (padding stays zero).
   grad_flat_ = at::zeros({layout_.numel}, reduce_options_);  // cast to the wire dtype here
+  // The fast reduce's reduce-scatter input: every segment's even prefix, rank after rank. Even
+  // slices are written there directly (they all lie in the prefixes), so nothing is copied out of
+  // grad_flat_ rank by rank; a regularly laid-out even parameter in two strided copies, the mirror
+  // of end_fill's. The same elements as writing grad_flat_ and packing its prefixes.
+  const bool packed_prefixes = mode == ReduceMode::fast && W > 1 && even_prefix_ > 0;
+  at::Tensor packed = packed_prefixes ? at::zeros({W * even_prefix_}, reduce_options_) : at::Tensor();
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const at::Tensor& g = full_grads[k];
     if (!g.defined()) continue;  // the parameter took no part: its gradient is zero
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];
     at::Tensor flat = g.reshape({-1});
     const int64_t row_numel = s.row_numel();
+    if (packed_prefixes && s.role == Role::even_shard) {
+      const RegularEven& reg = regular_even_[k];
+      if (reg.at >= 0) {
+        const at::Tensor prefixes = packed.view({W, even_prefix_});
+        const int64_t P = reg.padded_rows, whole = s.shape[0] / P, rest = s.shape[0] % P;
+        if (whole > 0)
+          prefixes.narrow(0, 0, whole).narrow(1, reg.at, P * row_numel).copy_(flat.narrow(0, 0, whole * P * row_numel).view({whole, P * row_numel}));
+        if (rest > 0) prefixes.select(0, whole).narrow(0, reg.at, rest * row_numel).copy_(flat.narrow(0, whole * P * row_numel, rest * row_numel));
+        continue;
+      }
+      for (const ShardSlice& sl : s.slices) {
+        if (sl.rows == 0) continue;
+        const int64_t at = sl.rank * even_prefix_ + sl.offset - layout_.segments[sl.rank].offset;
+        packed.narrow(0, at, sl.rows * row_numel).copy_(flat.narrow(0, sl.row_begin * row_numel, sl.rows * row_numel));
+      }
+      continue;
+    }
     for (const ShardSlice& sl : s.slices) {
       if (sl.rows == 0) continue;
       grad_flat_.narrow(0, sl.offset, sl.rows * row_numel).copy_(flat.narrow(0, sl.row_begin * row_numel, sl.rows * row_numel));
@@ -362,10 +385,6 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
     // The tail's equal-size even prefixes in one reduce-scatter (packed rank after rank), then a
     // native reduce for each rank's owned remainder.
     if (even_prefix_ > 0) {
-      at::Tensor packed = at::empty({W * even_prefix_}, reduce_options_);
-      for (int r = 0; r < W; ++r) {
-        packed.narrow(0, r * even_prefix_, even_prefix_).copy_(grad_flat_.narrow(0, layout_.segments[r].offset, even_prefix_));
-      }
       prefix_sum_ = at::empty({even_prefix_}, reduce_options_);
       pending_.push_back(comm_.reduce_scatter_sum(prefix_sum_, packed));
       contributions_ = packed;  // kept alive until the reduce-scatter completes
