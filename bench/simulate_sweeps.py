@@ -48,6 +48,7 @@ def main():
     os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(out) or ".", delete=False) as f:
         json.dump({"format": "mfsdp-sim-sweep", "flags": FLAGS, "runs": runs}, f, indent=1)
+    os.chmod(f.name, 0o644)
     os.replace(f.name, out)
 
     by = {(r["model"], r["world_size"], r["placement"]): r for r in runs if r.get("replicas", 1) == 1}
