@@ -73,6 +73,10 @@ Unit::Unit(const OwnershipPlan& plan, int unit_index, Communicator& comm, at::De
     TORCH_INTERNAL_ASSERT(r == 0 || prefix == even_prefix_, "unit '", layout_.name, "': even prefixes differ across ranks");
     even_prefix_ = prefix;
   }
+  segments_are_prefixes_ = even_prefix_ > 0;
+  for (int r = 0; r < plan.world_size(); ++r)
+    segments_are_prefixes_ = segments_are_prefixes_ && layout_.segments[r].offset == r * even_prefix_ &&
+                             layout_.segments[r].numel == even_prefix_;
   for (int s : layout_.shards) {
     const MatrixShard& shard = plan.shards()[s];
     RegularEven reg;
@@ -333,19 +337,23 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   const int W = plan_.world_size();
   // This rank's gradient in the unit's rank-major layout (padding stays zero).
   grad_flat_ = at::zeros({layout_.numel}, reduce_options_);  // cast to the wire dtype here
-  // The fast reduce's reduce-scatter input: every segment's even prefix, rank after rank. Even
-  // slices are written there directly (they all lie in the prefixes), so nothing is copied out of
-  // grad_flat_ rank by rank; a regularly laid-out even parameter in two strided copies, the mirror
-  // of end_fill's. The same elements as writing grad_flat_ and packing its prefixes.
+  // `packed`: every segment's even prefix, rank after rank; even slices are written there directly
+  // (they all lie in the prefixes), a regularly laid-out even parameter in two strided copies (the
+  // mirror of end_fill's) instead of W slice copies. The fast reduce's reduce-scatter takes it as
+  // its input (the same elements as writing grad_flat_ and packing its prefixes rank by rank); a
+  // unit of even parameters alone (every segment is its even prefix) is that layout already, so
+  // there it is grad_flat_ itself.
   const bool packed_prefixes = mode == ReduceMode::fast && W > 1 && even_prefix_ > 0;
-  at::Tensor packed = packed_prefixes ? at::zeros({W * even_prefix_}, reduce_options_) : at::Tensor();
+  at::Tensor packed = packed_prefixes ? at::zeros({W * even_prefix_}, reduce_options_)
+                      : segments_are_prefixes_ && W > 1 ? grad_flat_
+                                                        : at::Tensor();
   for (size_t k = 0; k < layout_.shards.size(); ++k) {
     const at::Tensor& g = full_grads[k];
     if (!g.defined()) continue;  // the parameter took no part: its gradient is zero
     const MatrixShard& s = plan_.shards()[layout_.shards[k]];
     at::Tensor flat = g.reshape({-1});
     const int64_t row_numel = s.row_numel();
-    if (packed_prefixes && s.role == Role::even_shard) {
+    if (packed.defined() && s.role == Role::even_shard) {
       const RegularEven& reg = regular_even_[k];
       if (reg.at >= 0) {
         const at::Tensor prefixes = packed.view({W, even_prefix_});

@@ -135,6 +135,9 @@ class Unit {
   };
   std::vector<RegularEven> regular_even_;
   bool all_even_regular_ = true;  // every even shard of the unit is regular
+  // Every segment is exactly its even prefix, rank after rank (a unit of even parameters alone):
+  // the unit's layout is the packed prefixes.
+  bool segments_are_prefixes_ = false;
   UnshardStrategy strategy_;
   PrecisionPolicy precision_;
   bool casts_ = false;  // the compute copy's dtype differs from the master's
