@@ -235,14 +235,15 @@ SimResult simulate(const SimConfig& c) {
   // slots / n of a core); with all the node's ranks running, each runs at slots / ranks, so the
   // group's collective takes ranks / max(n, slots) times as long.
   const int node_ranks = std::min(W, hw.ranks_per_node);
-  auto contention = [&](const GroupShape& g) {
-    if (node_ranks <= hw.compute_slots_per_node || g.ranks >= node_ranks) return 1.0;
-    return node_ranks / std::max(static_cast<double>(g.ranks), hw.compute_slots_per_node);
-  };
+  std::array<double, 3> contention{};
+  for (size_t g = 0; g < shapes.size(); ++g)
+    contention[g] = node_ranks <= hw.compute_slots_per_node || shapes[g].ranks >= node_ranks
+                        ? 1.0
+                        : node_ranks / std::max(static_cast<double>(shapes[g].ranks), hw.compute_slots_per_node);
   for (const TracedCollective& t : trace.collectives) {
     if (sharded_ns && t.stage == Stage::optimizer) continue;  // replaced below
-    const GroupShape& g = shapes[static_cast<int>(t.group)];
-    price(t.stage, t.kind, t.bytes, g, contention(g));
+    const int g = static_cast<int>(t.group);
+    price(t.stage, t.kind, t.bytes, shapes[g], contention[g]);
   }
 
   // Compute: the traced rank's matrix-product FLOPs at the matmul rate of their dtype, plus its

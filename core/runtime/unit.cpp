@@ -176,6 +176,26 @@ void Unit::begin_fill() {
   fill_pending_ = true;
 }
 
+namespace {
+
+// A regularly laid-out even parameter (Unit::RegularEven) as pairs of views over the same elements:
+// its rows in the W segments' even prefixes (`prefixes`, [W, even prefix]) and in the full tensor
+// (`full`, flat). The ranks whose P rows are all real form one strided pair, the one with fewer
+// another. end_fill copies prefixes -> full, reduce_to_owner full -> prefixes.
+std::vector<std::pair<at::Tensor, at::Tensor>> regular_even_views(const at::Tensor& prefixes, const at::Tensor& full, int64_t at,
+                                                                  int64_t P, int64_t rows, int64_t row_numel) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> views;
+  const int64_t whole = rows / P, rest = rows % P;
+  if (whole > 0)
+    views.emplace_back(prefixes.narrow(0, 0, whole).narrow(1, at, P * row_numel),
+                       full.narrow(0, 0, whole * P * row_numel).view({whole, P * row_numel}));
+  if (rest > 0)
+    views.emplace_back(prefixes.select(0, whole).narrow(0, at, rest * row_numel), full.narrow(0, whole * P * row_numel, rest * row_numel));
+  return views;
+}
+
+}  // namespace
+
 void Unit::end_fill() {
   {
     PhaseScope phase(comm_, Phase::unshard);
@@ -201,10 +221,9 @@ void Unit::end_fill() {
       const RegularEven& reg = regular_even_[k];
       if (reg.at < 0) continue;
       const MatrixShard& s = plan_.shards()[layout_.shards[k]];
-      const int64_t rn = s.row_numel(), P = reg.padded_rows, whole = s.shape[0] / P, rest = s.shape[0] % P;
-      at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
-      if (whole > 0) full.narrow(0, 0, whole * P * rn).view({whole, P * rn}).copy_(prefixes.narrow(0, 0, whole).narrow(1, reg.at, P * rn));
-      if (rest > 0) full.narrow(0, whole * P * rn, rest * rn).copy_(prefixes.select(0, whole).narrow(0, reg.at, rest * rn));
+      const at::Tensor full = gathered_view(even_full_offset_[k], {s.numel()});
+      for (const auto& [in_prefixes, in_full] : regular_even_views(prefixes, full, reg.at, reg.padded_rows, s.shape[0], s.row_numel()))
+        in_full.copy_(in_prefixes);
     }
     fill_prefixes_ = at::Tensor();
   }
@@ -356,11 +375,9 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
     if (packed.defined() && s.role == Role::even_shard) {
       const RegularEven& reg = regular_even_[k];
       if (reg.at >= 0) {
-        const at::Tensor prefixes = packed.view({W, even_prefix_});
-        const int64_t P = reg.padded_rows, whole = s.shape[0] / P, rest = s.shape[0] % P;
-        if (whole > 0)
-          prefixes.narrow(0, 0, whole).narrow(1, reg.at, P * row_numel).copy_(flat.narrow(0, 0, whole * P * row_numel).view({whole, P * row_numel}));
-        if (rest > 0) prefixes.select(0, whole).narrow(0, reg.at, rest * row_numel).copy_(flat.narrow(0, whole * P * row_numel, rest * row_numel));
+        for (const auto& [in_packed, in_flat] :
+             regular_even_views(packed.view({W, even_prefix_}), flat, reg.at, reg.padded_rows, s.shape[0], row_numel))
+          in_packed.copy_(in_flat);
         continue;
       }
       for (const ShardSlice& sl : s.slices) {
