@@ -88,6 +88,9 @@ int run_simulate(const SimulateArgs& a) {
   } catch (const c10::Error& e) {
     throw UsageError(std::string("simulate: ") + e.what_without_backtrace());
   }
+  if (a.replicas > 1 && a.baseline_ns == "sharded")
+    throw UsageError("simulate: --baseline-ns sharded is priced for a flat world only, not on an HSDP mesh (--replicas " +
+                     std::to_string(a.replicas) + ")");
   std::vector<std::string> placements = a.placements;
   if (a.replicas > 1) {
     // ZeRO-1 has no HSDP mode: left out of the default list, refused when named.
@@ -163,7 +166,7 @@ void add_simulate_command(CLI::App& app, Action& run) {
       ->each([a](const std::string&) { a->placements_given = true; });
   cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W / R ranks (the plan made for W / R)")
       ->check(CLI::Range(1, 1 << 16));
-  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP: replicated | dedup (docs/hsdp.md)");
+  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP step mode (docs/hsdp.md)");
   cmd->add_option("--profile", a->profile, "Hardware profile: a name in sim/profiles or a JSON file")->required();
   cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
