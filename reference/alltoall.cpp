@@ -1,6 +1,6 @@
 #include "reference/alltoall.h"
 
-#include "core/runtime/owner_runtime.h"
+#include "core/optim/optim.h"
 
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
@@ -18,7 +18,7 @@ namespace {
 class AlltoallMuonStep final : public EvenMatrixStep {
  public:
   const char* name() const override { return "alltoall"; }
-  void step(OwnerRuntime& rt, const std::vector<int>& shards) override {
+  void step(const EvenMatrixView& rt, const std::vector<int>& shards) override {
     const MuonOptions& o = rt.options().muon;
     const int W = rt.comm().world_size(), me = rt.comm().rank();
     auto rows_of = [&](const MatrixShard& s, int rank) -> const ShardSlice& {
@@ -27,7 +27,7 @@ class AlltoallMuonStep final : public EvenMatrixStep {
       return *sl;
     };
     const c10::ScalarType dtype = rt.plan().shards()[shards[0]].dtype;
-    const at::TensorOptions opts = rt.unit(rt.plan().shards()[shards[0]].unit).segment().options();
+    const at::TensorOptions opts = rt.segment_options(shards[0]);
     for (size_t start = 0; start < shards.size(); start += W) {
       const int n = static_cast<int>(std::min<size_t>(W, shards.size() - start));
       std::vector<at::Tensor> inputs(n);
@@ -74,7 +74,7 @@ class AlltoallMuonStep final : public EvenMatrixStep {
         const int i = shards[start + j];
         const MatrixShard& s = rt.plan().shards()[i];
         const MuonOptions& mo = muon_for(rt, i);
-        at::Tensor param = rt.unit(s.unit).local_param(i);
+        at::Tensor param = rt.local_param(i);
         param.mul_(1 - mo.lr * mo.weight_decay);
         param.add_(back_out.narrow(0, cursor, send[j]).view(param.sizes()),
                    -muon_adjusted_lr(mo.lr, mo.adjust_lr, s.shape[0], s.shape[1]));

@@ -1,6 +1,6 @@
 #include "reference/reconstruct.h"
 
-#include "core/runtime/owner_runtime.h"
+#include "core/optim/optim.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -14,19 +14,18 @@ namespace {
 class ReconstructMuonStep final : public EvenMatrixStep {
  public:
   const char* name() const override { return "allgather"; }
-  void step(OwnerRuntime& rt, const std::vector<int>& shards) override {
+  void step(const EvenMatrixView& rt, const std::vector<int>& shards) override {
     for (int i : shards) step_one(rt, i);
   }
 
  private:
-  void step_one(OwnerRuntime& rt, int i) {
+  void step_one(const EvenMatrixView& rt, int i) {
     const MatrixShard& s = rt.plan().shards()[i];
-    Unit& unit = rt.unit(s.unit);
     const MuonOptions& o = muon_for(rt, i);
     const int W = rt.comm().world_size();
     const int64_t rows = s.shape[0], cols = s.shape[1], chunk = even_chunk_rows(rows, W);
-    at::Tensor param = unit.local_param(i), grad = unit.local_grad(i);
-    at::Tensor padded = at::zeros({chunk, cols}, unit.segment().options());
+    at::Tensor param = rt.local_param(i), grad = rt.local_grad(i);
+    at::Tensor padded = at::zeros({chunk, cols}, rt.segment_options(i));
     int64_t my_rows = 0, my_begin = 0;
     if (param.defined()) {
       padded.narrow(0, 0, grad.size(0)).copy_(update_input(rt, i));

@@ -1,6 +1,6 @@
 #include "core/runtime/even_matrix_step.h"
 
-#include "core/runtime/owner_runtime.h"
+#include "core/optim/optimizer_routing.h"
 
 #include <ATen/ops/zeros_like.h>
 
@@ -13,8 +13,8 @@ int64_t EvenMatrixStep::state_bytes() const {
   return n;
 }
 
-at::Tensor EvenMatrixStep::update_input(OwnerRuntime& rt, int i) {
-  at::Tensor grad = rt.unit(rt.plan().shards()[i].unit).local_grad(i);
+at::Tensor EvenMatrixStep::update_input(const EvenMatrixView& rt, int i) {
+  at::Tensor grad = rt.local_grad(i);
   if (!grad.defined()) return grad;
   const MuonOptions& o = rt.options().muon;
   at::Tensor& buf = momentum_[i];
@@ -23,7 +23,7 @@ at::Tensor EvenMatrixStep::update_input(OwnerRuntime& rt, int i) {
   return o.nesterov ? grad.lerp(buf, o.momentum) : buf.clone();
 }
 
-const MuonOptions& EvenMatrixStep::muon_for(OwnerRuntime& rt, int i) {
+const MuonOptions& EvenMatrixStep::muon_for(const EvenMatrixView& rt, int i) {
   auto it = muon_.find(i);
   if (it == muon_.end()) it = muon_.emplace(i, options_for(rt.options(), rt.plan().shards()[i].name).muon).first;
   return it->second;

@@ -363,7 +363,7 @@ StepReport OwnerRuntime::step() {
     if (s.kind == ParamKind::expert_matrix && options_.optimizer != OptimizerKind::adamw) matrix_steps_ += param.size(0);
   }
   if (!even_matrices.empty()) {
-    even_matrix_step().step(*this, even_matrices);
+    even_matrix_step().step(EvenMatrixView(plan_, comm_, options_, units_), even_matrices);
   }
   if (!step_replica_.empty()) {
     // dedup: each stepped fp32 master goes from its stepping replica to the others.
