@@ -91,6 +91,17 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
     config.runtime.precision.reduce_dtype = *rc::gen::element(c10::kFloat, c10::kBFloat16);
     if (*rc::gen::arbitrary<bool>()) config.runtime.precision.output_dtype = c10::kFloat;
   }
+  // The drawn case in words (RapidCheck prints these with a failure; <???> alone says nothing).
+  RC_LOG() << "W " << W << " = " << R << " x " << S << " " << to_string(config.runtime.step_mode) << ", "
+           << to_string(config.placement) << ", " << to_string(config.runtime.optimizer) << ", tail "
+           << to_string(config.planner.tail_policy) << ", expert_ranges " << config.planner.expert_ranges
+           << (all_on_one ? ", every item on rank " + std::to_string(one) : std::string(", owners drawn"))
+           << ", prefetch " << config.runtime.prefetch << ", precision " << to_string(config.runtime.precision)
+           << ", seq " << config.seq << ", seed " << config.seed << "; model: layers " << config.model.layers << ", heads "
+           << config.model.heads << "/" << config.model.kv_heads << ", hidden " << config.model.hidden << ", intermediate "
+           << config.model.intermediate << ", qkv_bias " << config.model.qkv_bias << ", tied " << config.model.tie_embeddings
+           << ", experts " << config.model.experts << " top " << config.model.top_k << " width " << config.model.moe_intermediate
+           << " shared " << config.model.shared_experts << " first_dense " << config.model.first_dense << "\n";
   RC_TAG(to_string(config.placement));
   RC_TAG(to_string(config.runtime.precision));
   if (R > 1) RC_TAG(std::string("HSDP ") + to_string(config.runtime.step_mode));

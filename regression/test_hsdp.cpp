@@ -177,3 +177,45 @@ INSTANTIATE_TEST_SUITE_P(Meshes, Hsdp, ::testing::ValuesIn(mesh_cases()), [](con
 
 }  // namespace
 }  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// What must not happen: under dedup, a rank whose segment of a unit holds only the padding rows of
+// even shards (every matrix owned elsewhere) has no partial sum to send to any stepper, and its
+// empty list of parts must not crash the replica combination. It did: `torch.cat(): expected a
+// non-empty list of Tensors` on W = 6 (2 x 3), AdamW, hidden 2, every item on shard rank 0, found by
+// RuntimeProperties.OneStepBitMatchesTheOracle one run in three.
+TEST(HsdpDedup, ARankHoldingOnlyPaddingBitMatchesTheOracle) {
+  for (const OptimizerKind optimizer : {OptimizerKind::adamw, OptimizerKind::muon}) {
+    for (const int64_t hidden : {int64_t{2}, int64_t{4}}) {
+      TrainConfig c = base_config(optimizer, 2, StepMode::dedup);
+      c.steps = 2;
+      c.seq = 3;
+      c.batch = 1;
+      // Norms of 2 or 4 elements in even shards over 3 ranks: the last rank stores padding alone.
+      c.model.hidden = hidden;
+      c.model.heads = c.model.kv_heads = 1;
+      c.model.layers = 1;
+      c.model.intermediate = 3;
+      c.planner.planner = PlannerKind::explicit_assignment;
+      c.planner.tail_policy = TailPolicy::even;
+      for (const PlanItem& item : plan_items(TransformerModel(c.model).spec(), c.planner)) c.planner.explicit_owners[item.key] = 0;
+      std::mutex m;
+      std::vector<std::string> failures;
+      RanksOptions ranks;
+      ranks.world_size = 6;
+      run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+        const Comparison cmp = compare(run_oracle(ctx, c), run_recorded(ctx, c));
+        if (!cmp.bitwise_equal) {
+          std::lock_guard<std::mutex> lock(m);
+          failures.push_back("rank " + std::to_string(ctx.rank) + ": " + cmp.first_bad + ": " + cmp.detail);
+        }
+      });
+      for (const std::string& f : failures) ADD_FAILURE() << to_string(optimizer) << ", hidden " << hidden << ": " << f;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp

@@ -255,7 +255,8 @@ void OwnerRuntime::combine_replicas() {
           parts.push_back(units_[u]->local_grad(i).reshape({-1}));
           send_splits[q] += parts.back().numel();
         }
-      sent[u] = at::cat(parts);
+      // A rank whose segment of u holds only padding rows sends nothing.
+      sent[u] = parts.empty() ? at::empty({0}, g.options()) : at::cat(parts);
       received[u] = at::empty({R * send_splits[me]}, g.options());
       works.push_back(replicate_->alltoall(received[u], sent[u], std::vector<int64_t>(R, send_splits[me]), send_splits));
     } else {
