@@ -1,6 +1,6 @@
 // How long `mfsdp simulate` takes (sim/simulate.h): trace one rank's step on meta tensors and price
 // it, for the bench32 preset on the H100 profile at W = 8 ... 1024, owner and reconstruct. The
-// issue's bound: under a second at 1024 ranks.
+// bound it watches: under a second at 1024 ranks (docs/simulate.md).
 //
 //   build/bench/bench_simulate                                # all cases
 //   build/bench/bench_simulate --benchmark_filter=/1024/

@@ -1,5 +1,5 @@
 // Malformed model specs and owner assignments are refused with a clear error, never a crash, a
-// wrong-type exception or a silent acceptance of nonsense (issue: bad input).
+// wrong-type exception or a silent acceptance of nonsense (docs/testing.md, "Bad input and faults").
 //  - Specs: a valid generated spec (a list or {"name", "params"}) with 1-3 mutations — a field
 //    removed, set to a value of another JSON type, a dimension made zero, negative, fractional,
 //    2^63-1, 2^64-1 or huge in product, a duplicated name, an unknown dtype or kind, garbage text

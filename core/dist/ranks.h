@@ -76,7 +76,7 @@ void run_ranks_as_threads(const RanksOptions& options, const RankFn& fn);
 // call it yourself before creating thread-rank groups any other way.
 void disable_flight_recorder_for_thread_ranks();
 
-// Joins the group described by the launch environment (see dist_env.h) as one rank of a
+// Joins the group described by the launch environment (see core/dist/launch_env.h) as one rank of a
 // multi-process job, then runs `fn`. Errors name this rank.
 struct LaunchEnv;
 void run_as_launched_rank(const LaunchEnv& env, const RanksOptions& options, const RankFn& fn);

@@ -1,7 +1,7 @@
 // The on-disk checkpoint format (docs/checkpoints.md): a directory with layout.json and one
 // safetensors file per rank. This file holds the format itself — the layout record, its strict
 // parser, the checksums and a reader that verifies every byte it returns — and nothing of the
-// runtime, so the readers can be fuzzed on their own (core/tests/fuzz_readers.cpp).
+// runtime, so the readers can be fuzzed on their own (regression/fuzz/fuzz_readers.cpp).
 #pragma once
 
 #include "core/plan/optimizer_config.h"

@@ -1,5 +1,5 @@
 // Per-rank memory, optimizer work and unshard traffic of a plan, and the same memory model for
-// the placements the paper compares against, so one table shows all four.
+// the placements the MatrixFSDP paper (README.md#the-paper) compares against, so one table shows all four.
 #pragma once
 
 #include "core/plan/ownership_plan.h"

@@ -9,6 +9,7 @@
 //   loss.backward();                     // per unit, reverse order: revive, compute, reduce_to_owner;
 //                                        // the engine's final callback waits for every reduction
 //   rt.step();                           // owners update what they own: 0 collectives, 0 bytes
+//                                        // (HSDP dedup then broadcasts the updates: step())
 #pragma once
 
 #include "core/dist/communicator.h"
@@ -99,7 +100,9 @@ class OwnerRuntime {
   void finish_backward();
 
   // The local optimizer step: matrix optimizer on owned matrices, AdamW on owned tails and even
-  // slices. Issues no collective (the communicator's optimizer_step counters prove it).
+  // slices. On the owner plan it issues no collective in phase optimizer_step (the counters prove
+  // it). Under HSDP dedup it then broadcasts each stepped master to the other replicas (phase
+  // update_broadcast); a baseline's even-matrix step gathers its matrices (phase optimizer_step).
   StepReport step();
 
   // This rank's stored part of parameter `name` and its gradient (undefined if none stored).

@@ -85,7 +85,7 @@ our precondition_frequency:
 SOAP vs pytorch_optimizer.SOAP (optimizer/soap.py):
  P1 [avoided at beta1 = 0, else tolerance] first moment: theirs keeps m as the EMA of the *raw*
     gradient (step() l.332, exp_avg.lerp_(grad)) and projects it into the current basis at every
-    step (l.337-339); ours (as the paper's code) keeps m in the rotated basis (b1 m + (1-b1)
+    step (l.337-339); ours (as the SOAP paper's reference code, Vyas et al. 2024) keeps m in the rotated basis (b1 m + (1-b1)
     Q_L^T G Q_R) and carries it into the new basis at each refresh. Mathematically the same (the
     bases are orthogonal); rounding differs. With beta1 = 0 m is the projected gradient in both.
  P2 [aligned] second-moment EMA spelling: theirs exp_avg_sq.lerp_(g'^2, 1 - b2) (l.333) = v +
@@ -98,7 +98,7 @@ SOAP vs pytorch_optimizer.SOAP (optimizer/soap.py):
  P4 [avoided at lr = 2^-k, else tolerance] step size association: theirs lr * (sqrt(bc2) / bc1)
     (l.309-314), ours (lr * sqrt(bc2)) / bc1, in float64: equal when lr is a power of two.
  P5 [none here] eigenvalue estimate for the ordering: theirs sum(Q * (GG Q), dim 0)
-    (get_orthogonal_matrix_qr() l.198-199), ours diag(Q^T GG Q) (as the paper's code). Only the
+    (get_orthogonal_matrix_qr() l.198-199), ours diag(Q^T GG Q) (as the SOAP paper's reference code). Only the
     resulting order is used; it differs only if two estimates are within rounding of each other.
  P6 [none here] argsort: theirs unstable (l.200), ours stable: differ only on exact ties.
  P7 [none here] products: theirs tensordot (project() l.149-153 computes (G^T Q_L)^T Q_R) and GG Q

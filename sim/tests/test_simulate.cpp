@@ -170,7 +170,7 @@ TEST(Simulate, ReproducesThePublicImplementationsStepTimesWithinTwice) {
   EXPECT_TRUE(within_2x(baseline, 748)) << baseline;
 }
 
-// The paper: the optimizer step 4.2x faster than FSDP2 + Muon on 8 A100s and 54.6x on 64 (8
+// The MatrixFSDP paper (README.md#the-paper): the optimizer step 4.2x faster than FSDP2 + Muon on 8 A100s and 54.6x on 64 (8
 // nodes, 4 x HDR each), both within 2x with Newton–Schulz on sharded tensors (implicit gathers);
 // the traced redundant baseline is within 2x at 64 (at 8 it is 8.4x, twice the paper).
 TEST(Simulate, ReproducesThePapersOwnerSpeedupsWithinTwice) {
@@ -187,7 +187,7 @@ TEST(Simulate, ReproducesThePapersOwnerSpeedupsWithinTwice) {
   }
 }
 
-// The paper's memory claim for a 32B model: about 10 GB per rank under owner sharding, ZeRO-1
+// The MatrixFSDP paper's memory claim for a 32B model: about 10 GB per rank under owner sharding, ZeRO-1
 // (full parameters and gradients on every rank) above 80 GB. qwen2.5-32b on 64 H100s, bf16,
 // 4096 tokens per rank, activation checkpointing and fused attention.
 TEST(Simulate, AThirtyTwoBillionModelNeedsAboutTenGigabytesPerRankUnderOwnerSharding) {
@@ -287,7 +287,7 @@ TEST(Simulate, PricesTheOptimizerStagesOperatorsAtTheirOwnCost) {
 // the bench (results/cpu/simcheck/<machine>/{profile,bench_step}.json, the inputs; no timing here):
 // the optimizer step and forward + backward of every placement at W = 2, 4 and 8, and of the HSDP
 // meshes of 2 replica groups at W = 4 and 8 where the file has them, for both bench models. Stated tolerances: the median error at most 25 % and every latency within 2x, but for the
-// misses named in kUnmodelled (the issue asks for every latency within 25 %; the table this prints
+// misses named in kUnmodelled (a bound of 25 % on every latency is below the bench's own repeatability, docs/simulate.md; the table this prints
 // shows where the model falls short, and beside it how far the bench's own rounds stray from one
 // another where the file has rounds).
 struct CpuCheck {

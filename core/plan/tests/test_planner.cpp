@@ -31,7 +31,7 @@ TEST(Presets, ParameterCountsMatchThePublishedModels) {
   EXPECT_EQ(preset("llama3-8b", c10::kBFloat16).numel(), 8'030'261'248);
   EXPECT_EQ(preset("llama3-70b", c10::kBFloat16).numel(), 70'553'706'496);
   EXPECT_EQ(preset("qwen2.5-32b", c10::kBFloat16).numel(), 32'763'876'352);
-  // MoE (WIP: planning only), counted from each release's config.json.
+  // MoE presets, counted from each release's config.json.
   EXPECT_EQ(preset("mixtral-8x7b", c10::kBFloat16).numel(), 46'702'792'704);
   EXPECT_EQ(preset("qwen3-30b-a3b", c10::kBFloat16).numel(), 30'532'122'624);
   EXPECT_EQ(preset("deepseek-v3", c10::kBFloat16).numel(), 671'026'419'200);
