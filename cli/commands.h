@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/util/enum_names.h"
+#include "core/util/units.h"
 
 #include <CLI/CLI.hpp>
 
@@ -69,8 +70,6 @@ CLI::Option* add_enum_option(CLI::App* cmd, const std::string& flag, E& value, c
 int print_environment(bool json);
 int run_selfcheck(int world_size, bool processes, int timeout_s);
 
-// "1.50 MiB": bytes in B, KiB, MiB or GiB with `decimals` digits (whole bytes below 1 KiB).
-std::string human_bytes(double bytes, int decimals = 2);
 
 // Exit codes.
 constexpr int kExitOk = 0;
