@@ -56,20 +56,11 @@ RanksOptions ranks_options(int world_size, int timeout_s) {
 }  // namespace
 
 int run_selfcheck(int world_size, bool processes, int timeout_s) {
-  if (auto env = read_launch_env()) {
-    run_as_launched_rank(*env, ranks_options(env->world_size, timeout_s),
-                         [&](RankContext& ctx) { selfcheck_rank(ctx, "processes (" + env->source + ")"); });
-    return kExitOk;
-  }
-  if (processes) {
-    LaunchOptions launch;
-    launch.world_size = world_size;
-    launch.command = {self_executable(), "selfcheck", "--timeout-s", std::to_string(timeout_s)};
-    return launch_processes(launch);
-  }
-  run_ranks_as_threads(ranks_options(world_size, timeout_s),
-                       [](RankContext& ctx) { selfcheck_rank(ctx, "threads"); });
-  return kExitOk;
+  const std::optional<LaunchEnv> env = read_launch_env();
+  const std::string how = env ? "processes (" + env->source + ")" : "threads";
+  return run_ranks(ranks_options(world_size, timeout_s), processes ? Launcher::processes : Launcher::threads,
+                   {self_executable(), "selfcheck", "--timeout-s", std::to_string(timeout_s)}, std::chrono::seconds(30),
+                   [&](RankContext& ctx) { selfcheck_rank(ctx, how); });
 }
 
 void add_selfcheck_command(CLI::App& app, Action& run) {

@@ -2,7 +2,7 @@
 // (sim/simulate.h, docs/simulate.md): the placement's traced collectives over an α-β model,
 // compute from FLOPs, memory from the memory model plus activations.
 #include "cli/commands.h"
-#include "cli/model_options.h"
+#include "cli/run_options.h"
 #include "core/plan/precision.h"
 #include "core/dist/mesh.h"
 #include "core/plan/presets.h"
@@ -24,19 +24,13 @@ struct SimulateArgs {
   std::vector<int> world_sizes;
   std::vector<std::string> placements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
   std::string profile;
-  std::string planner = "balanced";
-  std::string tail_policy = "even";
-  std::string optimizer = "muon";
+  RunOptions run;    // --planner, --tail-policy, --optimizer, the mesh, the precision policy, --fast
   int ns_steps = 0;  // 0: Muon's default
-  std::string param_dtype, reduce_dtype;
-  bool fast = false;
   std::string unshard = "broadcast";
   int64_t batch = 1, seq = 4096;
   bool checkpointing = false;
   bool fused_attention = false;
   std::string baseline_ns = "redundant";
-  int replicas = 1;
-  StepMode step_mode = StepMode::replicated;
   bool placements_given = false;
   bool json = false;
 };
@@ -46,21 +40,12 @@ SimConfig make_sim_config(const SimulateArgs& a, Placement placement, int W, con
   TrainConfig& c = s.train;
   c.model = preset_config(a.model);
   // As in `mfsdp plan`: no --param-dtype, everything in the preset's dtype; with it, fp32 masters.
-  if (a.param_dtype.empty()) {
-    c.runtime.precision.param_dtype = c.runtime.precision.reduce_dtype = c.model.dtype;
-  } else {
-    c.model.dtype = c10::kFloat;
-    c.runtime.precision = precision_from_flags(a.param_dtype, a.reduce_dtype, "");
-  }
-  c.planner.planner = planner_kind_from_string(a.planner);
-  c.planner.tail_policy = tail_policy_from_string(a.tail_policy);
-  c.planner.optimizer = c.runtime.optimizer = optimizer_kind_from_string(a.optimizer);
+  if (!a.run.param_dtype.empty()) c.model.dtype = c10::kFloat;
+  apply_run_options(a.run, W, c);
   if (a.ns_steps > 0) c.runtime.muon.ns_steps = a.ns_steps;
-  c.runtime.reduce = a.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.unshard = a.unshard == "allgather_even" ? UnshardStrategy::allgather_even : UnshardStrategy::broadcast;
-  c.runtime.replicas = a.replicas;
   // dedup is the owner runtime's mode; the baselines' even-matrix steps run on every replica.
-  c.runtime.step_mode = placement == Placement::owner ? a.step_mode : StepMode::replicated;
+  if (placement != Placement::owner) c.runtime.step_mode = StepMode::replicated;
   c.batch = a.batch;
   c.seq = a.seq;
   s.placement = placement;
@@ -84,19 +69,19 @@ int run_simulate(const SimulateArgs& a) {
     profile = load_hardware_profile(a.profile, MFSDP_PROFILE_DIR);
     preset_config(a.model);
     for (const std::string& p : a.placements) placement_from_string(p);
-    for (int W : a.world_sizes) mesh_shape(W, a.replicas);
+    for (int W : a.world_sizes) mesh_shape(W, a.run.replicas);
   } catch (const c10::Error& e) {
     throw UsageError(std::string("simulate: ") + e.what_without_backtrace());
   }
-  if (a.replicas > 1 && a.baseline_ns == "sharded")
+  if (a.run.replicas > 1 && a.baseline_ns == "sharded")
     throw UsageError("simulate: --baseline-ns sharded is priced for a flat world only, not on an HSDP mesh (--replicas " +
-                     std::to_string(a.replicas) + ")");
+                     std::to_string(a.run.replicas) + ")");
   std::vector<std::string> placements = a.placements;
-  if (a.replicas > 1) {
+  if (a.run.replicas > 1) {
     // ZeRO-1 has no HSDP mode: left out of the default list, refused when named.
     const bool zero1 = std::find(placements.begin(), placements.end(), "zero1") != placements.end();
     if (zero1 && a.placements_given)
-      throw UsageError("simulate: the zero1 placement has no HSDP mode (--replicas " + std::to_string(a.replicas) + ")");
+      throw UsageError("simulate: the zero1 placement has no HSDP mode (--replicas " + std::to_string(a.run.replicas) + ")");
     placements.erase(std::remove(placements.begin(), placements.end(), "zero1"), placements.end());
   }
   nlohmann::json out = nlohmann::json::array();
@@ -113,8 +98,8 @@ int run_simulate(const SimulateArgs& a) {
       continue;
     }
     std::string mesh;
-    if (a.replicas > 1)
-      mesh = " as " + std::to_string(a.replicas) + " replica groups of " + std::to_string(W / a.replicas) + " (HSDP)";
+    if (a.run.replicas > 1)
+      mesh = " as " + std::to_string(a.run.replicas) + " replica groups of " + std::to_string(W / a.run.replicas) + " (HSDP)";
     std::printf("%s on %s, W = %d%s (%d node%s), %lld x %lld tokens per rank\n", a.model.c_str(), profile.name.c_str(), W,
                 mesh.c_str(), results[0].nodes, results[0].nodes == 1 ? "" : "s", static_cast<long long>(a.batch),
                 static_cast<long long>(a.seq));
@@ -164,17 +149,9 @@ void add_simulate_command(CLI::App& app, Action& run) {
   cmd->add_option("-w,--world-size", a->world_sizes, "Ranks (repeatable)")->required()->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--placement", a->placements, "owner | reconstruct | alltoall | zero1 | ddp (repeatable; default all)")
       ->each([a](const std::string&) { a->placements_given = true; });
-  cmd->add_option("--replicas", a->replicas, "HSDP: R replica groups of W / R ranks (the plan made for W / R)")
-      ->check(CLI::Range(1, 1 << 16));
-  add_enum_option(cmd, "--step-mode", a->step_mode, kStepModeNames, "HSDP step mode (docs/hsdp.md)");
   cmd->add_option("--profile", a->profile, "Hardware profile: a name in sim/profiles or a JSON file")->required();
-  cmd->add_option("--planner", a->planner, "round_robin | greedy_bytes | greedy_cost | balanced");
-  cmd->add_option("--tail-policy", a->tail_policy, "even | owner");
-  cmd->add_option("--optimizer", a->optimizer, "muon | shampoo | soap | adamw");
+  add_run_options(cmd, a->run, {.optimizer_flags = false, .prefetch = false, .output_dtype = false, .model = false});
   cmd->add_option("--ns-steps", a->ns_steps, "Muon's Newton–Schulz iterations (default 5)")->check(CLI::Range(1, 100));
-  cmd->add_option("--param-dtype", a->param_dtype, "fp32 | bf16: fp32 masters, compute copies in this dtype (default: all in the preset's dtype)");
-  cmd->add_option("--reduce-dtype", a->reduce_dtype, "fp32 | bf16: gradient reduction dtype (with --param-dtype)");
-  cmd->add_flag("--fast", a->fast, "Native reduce-scatter + reduce instead of the deterministic rank-order reduce");
   cmd->add_option("--unshard", a->unshard, "broadcast | allgather_even")->check(CLI::IsMember({"broadcast", "allgather_even"}));
   cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

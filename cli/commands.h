@@ -32,11 +32,20 @@ void add_simulate_command(CLI::App& app, Action& run);   // a placement's step p
 
 // The process's command line (argv[0] first), for relaunching it per rank.
 const std::vector<std::string>& raw_args();
+// This very command line as each rank process runs it (run_ranks' `relaunch`): this executable
+// with the same arguments (a launched child takes the launch environment's world size).
+std::vector<std::string> relaunch_self();
 
 // Bad input found after parsing (unknown preset, malformed spec, ...): exit code 2.
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// A usage error of `command` (train, verify, ...): `message` prefixed with "command: " unless it
+// already names it (the shared option helpers do not know which command they serve).
+inline UsageError usage_error(const std::string& command, const std::string& message) {
+  const std::string prefix = command + ": ";
+  return UsageError(message.rfind(prefix, 0) == 0 ? message : prefix + message);
+}
 
 // A seed: an unsigned 64-bit integer. CLI11 would wrap "-1" to 2^64 - 1; this refuses a sign.
 inline CLI::Validator seed_validator() {
@@ -49,10 +58,6 @@ inline CLI::Validator seed_validator() {
       },
       "UINT64");
 }
-
-// How ranks run: threads of this process over a shared store, or processes (mfsdp launch).
-enum class Launcher { threads, processes };
-constexpr NameTable<Launcher, 2> kLauncherNames{{{Launcher::threads, "threads"}, {Launcher::processes, "processes"}}};
 
 // An option whose value is one of `table`'s names (CLI11 refuses any other, listing them); the
 // help shows the names and the default.

@@ -13,6 +13,11 @@ namespace {
 std::vector<std::string> g_raw_args;
 }
 const std::vector<std::string>& raw_args() { return g_raw_args; }
+std::vector<std::string> relaunch_self() {
+  std::vector<std::string> argv{self_executable()};
+  for (size_t i = 1; i < g_raw_args.size(); ++i) argv.push_back(g_raw_args[i]);
+  return argv;
+}
 }  // namespace mfsdp::cli
 
 namespace {

@@ -1,10 +1,45 @@
-#include "cli/model_options.h"
+#include "cli/run_options.h"
+
+#include "cli/commands.h"
+#include "core/dist/launch_env.h"
+#include "core/dist/mesh.h"
+#include "core/optim/optim.h"
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
+#include <cstdio>
+
 namespace mfsdp::cli {
 
-void add_moe_options(CLI::App* cmd, MoeArgs& a, bool optimizer_flags) {
+void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
+  cmd->add_option("--planner", o.planner,
+                  set.explicit_planner ? "round_robin | greedy_bytes | greedy_cost | balanced | explicit"
+                                       : "round_robin | greedy_bytes | greedy_cost | balanced");
+  cmd->add_option("--tail-policy", o.tail_policy, "even | owner");
+  cmd->add_option("--optimizer", o.optimizer, "muon | shampoo | soap | adamw (matrix optimizer; the rest uses AdamW)");
+  cmd->add_option("--replicas", o.replicas, "HSDP: R replica groups of W/R ranks (-w counts all ranks; the plan is made for W/R)")
+      ->check(CLI::Range(1, 1 << 16));
+  add_enum_option(cmd, "--step-mode", o.step_mode, kStepModeNames,
+                  "HSDP: replicated (every replica steps) | dedup (one replica steps each matrix and broadcasts it)");
+  cmd->add_option("--param-dtype", o.param_dtype,
+                  "fp32 | bf16: the compute copy unshard sends and forward/backward use, over fp32 masters "
+                  "(default: the model's own dtype, nothing cast)");
+  cmd->add_option("--reduce-dtype", o.reduce_dtype,
+                  "fp32 | bf16: gradients on the wire (default fp32; deterministic mode accumulates in fp32 either way)");
+  if (set.output_dtype)
+    cmd->add_option("--output-dtype", o.output_dtype, "fp32 | bf16: cast each unit's output to it (default: as computed)");
+  if (set.fast)
+    cmd->add_flag("--fast", o.fast,
+                  "Fast mode: native reduce (any summation order) and library thread pools, judged by a tolerance model");
+  if (set.prefetch)
+    cmd->add_flag("--prefetch", o.prefetch,
+                  "Overlap: unshard the next unit (revive the previous one in backward) while this one computes "
+                  "(two units gathered at once)");
+  if (!set.model) return;
+  cmd->add_flag("--tie-embeddings", o.tie_embeddings,
+                "The output head reuses the token embedding (one parameter, both uses' gradients summed)");
+  MoeArgs& a = o.moe;
   CLI::Option* experts = cmd->add_option("--experts", a.experts, "Mixture of experts: routed experts per block, stored 3-D [E, out, in] (0: dense)")
       ->check(CLI::Range(int64_t{0}, int64_t{1024}));
   cmd->add_option("--top-k", a.top_k, "Experts each token is routed to (with --experts)")->check(CLI::Range(int64_t{1}, int64_t{1024}))
@@ -21,15 +56,36 @@ void add_moe_options(CLI::App* cmd, MoeArgs& a, bool optimizer_flags) {
   cmd->add_option("--expert-ranges", a.expert_ranges,
                   "Planner: contiguous expert ranges per expert tensor, each owned whole by one rank (0: min(experts, W))")
       ->check(CLI::Range(0, 4096));
-  if (optimizer_flags)
+  if (set.optimizer_flags)
     cmd->add_flag("--batched-ns", a.batched_ns,
                   "Muon: one batched Newton-Schulz chain per expert tensor (measured against the per-expert mode, not bitwise it)")
         ->needs(experts);
 }
 
-void apply_moe(const MoeArgs& a, TransformerConfig& model, PlannerOptions& planner, OptimizerOptions* optimizer) {
-  planner.expert_ranges = a.expert_ranges;
-  if (optimizer) optimizer->muon.batched_ns = a.batched_ns;
+PlannerOptions planner_options(const RunOptions& o) {
+  PlannerOptions p;
+  p.planner = planner_kind_from_string(o.planner);
+  p.tail_policy = tail_policy_from_string(o.tail_policy);
+  p.optimizer = optimizer_kind_from_string(o.optimizer);
+  p.expert_ranges = o.moe.expert_ranges;
+  return p;
+}
+
+PrecisionPolicy precision_policy(const RunOptions& o, c10::ScalarType model_dtype) {
+  if (!o.param_dtype.empty())
+    return precision_from_flags(o.param_dtype, o.reduce_dtype.empty() ? "fp32" : o.reduce_dtype, o.output_dtype);
+  if (model_dtype == c10::kFloat)  // fp32 masters: the policy flags alone are meaningful
+    return precision_from_flags("fp32", o.reduce_dtype.empty() ? "fp32" : o.reduce_dtype, o.output_dtype);
+  TORCH_CHECK(o.reduce_dtype.empty() && o.output_dtype.empty(), "--", o.reduce_dtype.empty() ? "output" : "reduce",
+              "-dtype needs --param-dtype (a policy over fp32 masters)");
+  PrecisionPolicy p;
+  p.param_dtype = p.reduce_dtype = model_dtype;
+  return p;
+}
+
+void apply_model_options(const RunOptions& o, TransformerConfig& model) {
+  model.tie_embeddings = o.tie_embeddings;
+  const MoeArgs& a = o.moe;
   if (!a.any()) return;
   TORCH_CHECK(a.top_k <= a.experts, "--top-k ", a.top_k, " must be in [1, ", a.experts, "] (the number of experts)");
   model.experts = a.experts;
@@ -37,6 +93,85 @@ void apply_moe(const MoeArgs& a, TransformerConfig& model, PlannerOptions& plann
   model.shared_experts = a.shared_experts;
   model.moe_intermediate = a.moe_intermediate > 0 ? a.moe_intermediate : model.intermediate;
   model.first_dense = a.first_dense;
+}
+
+void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
+  apply_model_options(o, c.model);
+  c.planner = planner_options(o);
+  TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "--planner explicit is for mfsdp plan and tests");
+  set_optimizer(c, c.planner.optimizer);
+  c.runtime.muon.batched_ns = o.moe.batched_ns;
+  c.runtime.precision = precision_policy(o, c.model.dtype);
+  mesh_shape(world_size, o.replicas);  // throws unless R divides W
+  c.runtime.replicas = o.replicas;
+  c.runtime.step_mode = o.step_mode;
+  c.runtime.reduce = o.fast ? ReduceMode::fast : ReduceMode::deterministic;
+  c.runtime.prefetch = o.prefetch;
+}
+
+void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps) {
+  cmd->add_option("--steps", a.steps, "Training steps")->check(CLI::Range(min_steps, 1000000));
+  cmd->add_option("--batch", a.batch, "Sequences per rank per step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--seq", a.seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
+  cmd->add_option("--seed", a.seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
+  cmd->add_option("--timeout-s", a.timeout_s, "Seconds before a collective or a lost rank fails the run")->check(CLI::Range(1, 3600));
+  cmd->add_option("--group", a.groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
+}
+
+void apply_step_options(const StepArgs& a, TrainConfig& c) {
+  c.steps = a.steps;
+  c.batch = a.batch;
+  c.seq = a.seq;
+  c.seed = a.seed;
+  for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
+  check_groups(c);
+}
+
+void add_rate_options(CLI::App* cmd, RateArgs& a) {
+  const OptimizerOptions d = training_defaults();
+  char help[256];
+  std::snprintf(help, sizeof(help), "Matrix optimizer's learning rate, >= 0 (default: Muon %g, Shampoo %g, SOAP %g)", d.muon.lr,
+                d.shampoo.lr, d.soap.lr);
+  cmd->add_option("--lr", a.lr, help);
+  std::snprintf(help, sizeof(help), "AdamW's learning rate (embeddings, head, 1-D tails), >= 0 (default: %g)", d.adamw.lr);
+  cmd->add_option("--adamw-lr", a.adamw_lr, help);
+  std::snprintf(help, sizeof(help), "Weight decay of every optimizer, >= 0 (default: Muon %g, AdamW %g, Shampoo %g, SOAP %g)",
+                d.muon.weight_decay, d.adamw.weight_decay, d.shampoo.weight_decay, d.soap.weight_decay);
+  cmd->add_option("--weight-decay", a.weight_decay, help);
+}
+
+void apply_rate_options(const RateArgs& a, RuntimeOptions& r) {
+  auto checked = [](const char* flag, const std::optional<double>& v) {
+    TORCH_CHECK(!v || (std::isfinite(*v) && *v >= 0), flag, " must be a finite number >= 0, got ", *v);
+    return v;
+  };
+  if (auto lr = checked("--lr", a.lr)) {
+    r.muon.lr = r.shampoo.lr = r.soap.lr = *lr;
+    if (r.optimizer == OptimizerKind::adamw) r.adamw.lr = *lr;
+  }
+  if (auto lr = checked("--adamw-lr", a.adamw_lr)) r.adamw.lr = *lr;
+  if (auto wd = checked("--weight-decay", a.weight_decay)) {
+    r.muon.weight_decay = r.adamw.weight_decay = *wd;
+    r.shampoo.weight_decay = r.soap.weight_decay = *wd;
+  }
+  validate(r.muon), validate(r.adamw), validate(r.shampoo), validate(r.soap);
+}
+
+TransformerConfig trainable_model_config(int layers, int hidden, int heads, int intermediate) {
+  TransformerConfig c = preset_config("tiny");
+  c.name = "tiny";
+  c.vocab = 256;
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = c.kv_heads = heads;
+  c.intermediate = intermediate;
+  c.dtype = c10::kFloat;
+  return c;
+}
+
+int launched_world_size(int world_size) {
+  const std::optional<LaunchEnv> launched = read_launch_env();
+  return launched ? launched->world_size : world_size;
 }
 
 }  // namespace mfsdp::cli

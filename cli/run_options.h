@@ -1,12 +1,30 @@
-// Model options train, verify and plan share: mixture of experts on the trainable model.
+// The options that describe a run, shared by train, verify, plan and simulate: declared once here,
+// with one spelling, one help text and one meaning each, and settled into the library's
+// configurations here (never re-read by a command):
+//   --planner, --tail-policy, --optimizer   the plan; the optimizer kind is stated once (set_optimizer)
+//   --replicas, --step-mode                 the HSDP mesh (R replica groups of W / R ranks)
+//   --param-dtype, --reduce-dtype, --output-dtype
+//                                           the precision policy; none given: the model's own dtype
+//   --tie-embeddings, --experts, ...        the model
+//   --fast                                  the fast mode of the determinism contract: the native
+//                                           reduce (any summation order) and, where ranks run, the
+//                                           libraries' thread pools; judged by a tolerance model
+//   --prefetch                              overlap: two units gathered at once (the next unit's
+//                                           unshard, in backward the previous unit's revive, issued
+//                                           while this one computes)
 #pragma once
 
 #include "core/plan/planner.h"
+#include "core/plan/precision.h"
 #include "core/plan/presets.h"
+#include "core/train/trainer.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
 
 namespace mfsdp::cli {
 
@@ -21,11 +39,67 @@ struct MoeArgs {
   bool any() const { return experts > 0; }
 };
 
-// --experts, --top-k, --shared-experts, --moe-intermediate, --first-dense, --expert-ranges and,
-// with `optimizer_flags` (train, verify), --batched-ns.
-void add_moe_options(CLI::App* cmd, MoeArgs& a, bool optimizer_flags = true);
-// Sets the model's MoE fields (only with --experts), the planner's expert ranges and, given
-// `optimizer`, Muon's batched mode.
-void apply_moe(const MoeArgs& a, TransformerConfig& model, PlannerOptions& planner, OptimizerOptions* optimizer = nullptr);
+struct RunOptions {
+  std::string planner = "balanced", tail_policy = "even", optimizer = "muon";
+  int replicas = 1;
+  StepMode step_mode = StepMode::replicated;
+  std::string param_dtype, reduce_dtype, output_dtype;  // empty: not given
+  bool tie_embeddings = false;
+  MoeArgs moe;
+  bool fast = false;
+  bool prefetch = false;
+  int units_gathered() const { return prefetch ? 2 : 1; }
+};
+
+// Which of the shared options a command takes.
+struct RunOptionSet {
+  bool optimizer_flags = true;    // --batched-ns (the ones that change the optimizer's step)
+  bool fast = true;               // --fast (not for plan: the plan does not depend on it)
+  bool prefetch = true;           // --prefetch
+  bool output_dtype = true;       // --output-dtype
+  bool model = true;              // --tie-embeddings and the MoE options
+  bool explicit_planner = false;  // `--planner explicit` is offered (mfsdp plan, with --assign)
+};
+
+void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set = {});
+
+// The length and inputs of a run (train, verify): --steps (at least `min_steps`), --batch, --seq,
+// --seed, --timeout-s, --group.
+struct StepArgs {
+  int steps = 20;
+  int64_t batch = 4, seq = 32;
+  uint64_t seed = 0;
+  int timeout_s = 60;
+  std::vector<std::string> groups;  // PATTERN:lr=X:wd=Y
+};
+void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps);
+// Sets steps, batch, seq, seed and the parameter groups (checked against the model) of `c`.
+void apply_step_options(const StepArgs& a, TrainConfig& c);
+
+// --lr (the matrix optimizer's; with --optimizer adamw, AdamW's), --adamw-lr (embeddings, head, 1-D
+// tails; with --optimizer adamw, everywhere), --weight-decay (every optimizer's): given values only.
+struct RateArgs {
+  std::optional<double> lr, adamw_lr, weight_decay;
+};
+void add_rate_options(CLI::App* cmd, RateArgs& a);
+// A given value is used as given (0 included) or refused, never silently replaced by a default.
+void apply_rate_options(const RateArgs& a, RuntimeOptions& runtime);
+
+// The trainable transformer (byte vocabulary, fp32 masters) of these sizes.
+TransformerConfig trainable_model_config(int layers, int hidden, int heads, int intermediate);
+// The world size a run will have: the launch environment's (torchrun, Slurm, mfsdp launch) when this
+// process was launched as a rank, else `world_size` (-w).
+int launched_world_size(int world_size);
+
+// The planner's options (planner, tail policy, optimizer, expert ranges); throws naming a bad value.
+PlannerOptions planner_options(const RunOptions& o);
+// The precision policy over the masters; none given: every copy in `model_dtype`, nothing cast.
+PrecisionPolicy precision_policy(const RunOptions& o, c10::ScalarType model_dtype);
+// The model's MoE fields (only with --experts) and its tied embedding.
+void apply_model_options(const RunOptions& o, TransformerConfig& model);
+// Everything above into a training configuration: model, planner, runtime (optimizer once,
+// precision, mesh, reduce mode, prefetch, Muon's batched mode). The mesh is checked against
+// `world_size` (R must divide it). Throws naming the first bad value.
+void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c);
 
 }  // namespace mfsdp::cli

@@ -1,4 +1,5 @@
 #include "core/dist/launcher.h"
+#include "core/dist/launch_env.h"
 
 #include "core/dist/process_group.h"
 
@@ -247,6 +248,23 @@ int launch_processes(const LaunchOptions& options) {
   }
   if (first_failure) code = exit_code_of(children[*first_failure].status);
   return code;
+}
+
+int run_ranks(const RanksOptions& ranks, Launcher launcher, const std::vector<std::string>& relaunch,
+              std::chrono::milliseconds grace, const RankFn& fn) {
+  if (const std::optional<LaunchEnv> env = read_launch_env()) {
+    run_as_launched_rank(*env, ranks, fn);
+    return 0;
+  }
+  if (launcher == Launcher::processes) {
+    LaunchOptions launch;
+    launch.world_size = ranks.world_size;
+    launch.command = relaunch;
+    launch.grace = grace;
+    return launch_processes(launch);
+  }
+  run_ranks_as_threads(ranks, fn);
+  return 0;
 }
 
 }  // namespace mfsdp

@@ -24,6 +24,8 @@ namespace mfsdp {
 enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other, update_broadcast };
 constexpr int kNumPhases = 6;
 const char* to_string(Phase phase);
+// Where `phase` sits in a per-phase array (std::array<..., kNumPhases>): arrays are indexed by name.
+constexpr size_t phase_index(Phase phase) { return static_cast<size_t>(phase); }
 
 struct BackendCounters {
   int64_t calls = 0;

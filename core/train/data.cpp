@@ -8,8 +8,18 @@
 #include <ATen/ops/randint.h>
 #include <c10/util/Exception.h>
 
+#include <sys/stat.h>
+
 
 namespace mfsdp {
+
+void check_corpus(const std::string& path, int64_t seq, const std::string& what) {
+  const std::string data = path.empty() ? kDefaultCorpus : path;
+  check_input_file(data, what, int64_t{1} << 30);
+  struct stat st {};
+  TORCH_CHECK(::stat(data.c_str(), &st) == 0 && st.st_size >= seq + 1, what, ": '", data, "' has ",
+              static_cast<int64_t>(st.st_size), " bytes; a sequence of --seq ", seq, " needs ", seq + 1);
+}
 namespace {
 
 // The corpus is read whole into memory; a larger file is refused rather than exhausting it.

@@ -14,6 +14,11 @@ namespace mfsdp {
 // The GNU GPL v3 text that every Debian system ships (package base-files), about 35 KB.
 constexpr const char* kDefaultCorpus = "/usr/share/common-licenses/GPL-3";
 
+// Checks, before any rank starts, that the corpus at `path` (kDefaultCorpus when empty) is a
+// readable regular file of at most 1 GiB holding one sequence of `seq` tokens and its target;
+// throws a message starting with `what` otherwise.
+void check_corpus(const std::string& path, int64_t seq, const std::string& what);
+
 class ByteCorpus {
  public:
   // Reads `path` (kDefaultCorpus when empty); throws naming the file when unreadable or shorter

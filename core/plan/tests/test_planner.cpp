@@ -1,4 +1,5 @@
 // Model specs, presets, the plan's own validation, and the planners' deterministic rules.
+#include "core/util/errors.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/plan_json.h"
 #include "core/plan/planner.h"
@@ -12,16 +13,6 @@
 
 namespace mfsdp {
 namespace {
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "(no error)";
-}
 
 #define EXPECT_ERROR_HAS(stmt, text) \
   EXPECT_NE(error_of([&] { stmt; }).find(text), std::string::npos) << error_of([&] { stmt; })
