@@ -14,12 +14,14 @@
 #include "core/util/errors.h"
 #include "core/util/files.h"
 #include "harness/placements.h"
+#include "testing/fixtures.h"
 
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,22 +32,7 @@ constexpr int kWrittenW = 3;
 constexpr int kSteps = 2;
 
 TrainConfig base_config() {
-  TrainConfig c;
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 64;
-  c.batch = 1;
-  c.seq = 8;
-  c.seed = 9;
-  c.steps = kSteps;
-  c.runtime.optimizer = c.planner.optimizer = OptimizerKind::muon;
-  return c;
-}
-
-std::string temp_dir(const std::string& tag) {
-  std::string t = "/tmp/mfsdp_corrupt_" + tag + "_XXXXXX";
-  TORCH_CHECK(::mkdtemp(t.data()), "mkdtemp failed");
-  return t;
+  return tiny_config({.steps = kSteps, .batch = 1, .seed = 9});
 }
 
 void spit(const std::string& path, const std::string& bytes) {
@@ -54,33 +41,21 @@ void spit(const std::string& path, const std::string& bytes) {
   TORCH_CHECK(out.good(), "cannot write ", path);
 }
 
-// Removes a checkpoint directory this file made (flat step directories, latest, lock).
-void remove_checkpoint_dir(const std::string& root) {
-  remove_flat_dir(root + "/step_00000001");
-  remove_flat_dir(root + "/step_00000002");
-  for (const char* f : {"/latest", "/lock", "/exported.safetensors"}) std::remove((root + f).c_str());
-  ::rmdir(root.c_str());
-}
-
 // A W = 3 Muon checkpoint directory with steps 1 and 2 (`latest` names step 2), written once and
 // removed when the test program ends.
 const std::string& pristine() {
-  static const struct Cleanup {
-    ~Cleanup() {
-      if (!dir.empty()) remove_checkpoint_dir(dir);
-    }
-    std::string dir;
-  } made{[] {
-    const std::string d = temp_dir("pristine");
+  static const TempDir made("corrupt_pristine");
+  static const bool written = [] {
     TrainConfig c = base_config();
-    c.checkpoint_dir = d;
+    c.checkpoint_dir = made.path();
     c.checkpoint_every = 1;
     RanksOptions ranks;
     ranks.world_size = kWrittenW;
     run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
-    return d;
-  }()};
-  return made.dir;
+    return true;
+  }();
+  (void)written;
+  return made.path();
 }
 
 const std::vector<std::string>& step_files() {
@@ -89,21 +64,17 @@ const std::vector<std::string>& step_files() {
   return files;
 }
 
-// Removes the copy when it goes out of scope, also when a check throws (RC_FAIL, RC_PRE).
-struct RemovedAtEnd {
-  std::string root;
-  ~RemovedAtEnd() { remove_checkpoint_dir(root); }
-};
-
-// A fresh copy of the pristine checkpoint directory.
-std::string copy_pristine() {
-  const std::string d = temp_dir("case");
+// A fresh copy of the pristine checkpoint directory, removed when it goes out of scope (also when a
+// check throws: RC_FAIL, RC_PRE).
+std::unique_ptr<TempDir> copy_pristine() {
+  auto copy = std::make_unique<TempDir>("corrupt_case");
+  const std::string& d = copy->path();
   spit(d + "/latest", read_file(pristine() + "/latest", "test"));
   for (const char* step : {"/step_00000001", "/step_00000002"}) {
     make_dirs(d + step);
     for (const std::string& f : step_files()) spit(d + step + "/" + f, read_file(pristine() + step + "/" + f, "test"));
   }
-  return d;
+  return copy;
 }
 
 // One read path: returns "" when it loaded, else every error it raised (one per failing rank).
@@ -166,8 +137,8 @@ const std::vector<ReadPath>& read_paths() {
 }
 
 TEST(CheckpointCorruption, ThePristineCopyPassesEveryReadPath) {
-  const std::string root = copy_pristine();
-  const RemovedAtEnd cleanup{root};
+  const std::unique_ptr<TempDir> copy = copy_pristine();
+  const std::string& root = copy->path();
   for (const ReadPath& p : read_paths()) {
     const std::vector<std::string> errors = p.run(root);
     EXPECT_TRUE(errors.empty()) << p.name << ": " << errors.front();
@@ -176,8 +147,8 @@ TEST(CheckpointCorruption, ThePristineCopyPassesEveryReadPath) {
 
 // A `latest` that names another step that exists (one changed digit): its layout CRC-32 refuses it.
 TEST(CheckpointCorruption, LatestNamingAnotherExistingStepIsRefused) {
-  const std::string root = copy_pristine();
-  const RemovedAtEnd cleanup{root};
+  const std::unique_ptr<TempDir> copy = copy_pristine();
+  const std::string& root = copy->path();
   std::string latest = read_file(root + "/latest", "test");
   ASSERT_EQ(latest.substr(0, 13), "step_00000002");
   latest[12] = '1';
@@ -202,8 +173,8 @@ RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) 
   // Which file: a rank file of the step `latest` names, its layout.json, or `latest` itself.
   const int which = *rc::gen::inRange(0, 5);
   const std::string file = which < 4 ? "step_00000002/" + step_files()[which] : "latest";
-  const std::string root = copy_pristine();
-  const RemovedAtEnd cleanup{root};
+  const std::unique_ptr<TempDir> copy = copy_pristine();
+  const std::string& root = copy->path();
   const std::string path = root + "/" + file;
   std::string bytes = read_file(path, "test");
   int64_t lo = 0, hi = static_cast<int64_t>(bytes.size());

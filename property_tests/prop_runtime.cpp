@@ -56,7 +56,7 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   config.batch = 1;
   config.seq = *rc::gen::inRange<int64_t>(1, 6);
   config.seed = *rc::gen::inRange<uint64_t>(0, 1000);
-  config.runtime.optimizer = config.planner.optimizer = *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw);
+  set_optimizer(config, *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw));
   config.runtime.muon.lr = 0.02;
   const int W = *rc::gen::inRange(1, 9);
   // Sometimes an HSDP mesh: R replica groups of S = W / R ranks (the plan is made for S).

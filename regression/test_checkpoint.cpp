@@ -18,6 +18,7 @@
 #include "oracle/ddp_oracle.h"
 #include "harness/trajectory.h"
 #include "harness/placements.h"
+#include "testing/fixtures.h"
 
 #include <gtest/gtest.h>
 
@@ -70,19 +71,8 @@ void spit(const std::string& path, const std::string& bytes) {
 }
 
 TrainConfig base_config(OptimizerKind optimizer) {
-  TrainConfig c;
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 64;
-  c.batch = 2;
-  c.seq = 8;
-  c.seed = 5;
-  c.runtime.optimizer = c.planner.optimizer = optimizer;
-  c.runtime.muon.lr = 0.02;
-  c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
   // Roots and eigenbases refreshed before the checkpoint and several times after it.
-  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 3;
-  return c;
+  return tiny_config({.steps = 20, .seed = 5, .optimizer = optimizer, .test_rates = true, .precondition_frequency = 3});
 }
 
 std::string name_of(const ::testing::TestParamInfo<OptimizerKind>& info) { return to_string(info.param); }

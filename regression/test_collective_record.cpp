@@ -12,6 +12,7 @@
 #include "core/dist/ranks.h"
 #include "core/dist/recording_backend.h"
 #include "harness/placements.h"
+#include "testing/fixtures.h"
 
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
@@ -24,15 +25,7 @@ namespace mfsdp {
 namespace {
 
 TrainConfig small_config(Placement placement) {
-  TrainConfig c;
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 48;
-  c.model.layers = 2;
-  c.batch = 1;
-  c.seq = 8;
-  c.steps = 2;
-  c.runtime.optimizer = c.planner.optimizer = OptimizerKind::muon;
+  TrainConfig c = tiny_config({.intermediate = 48, .steps = 2, .batch = 1});
   apply_placement(placement, c);
   return c;
 }

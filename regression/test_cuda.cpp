@@ -9,6 +9,7 @@
 #include "core/dist/ranks.h"
 #include "harness/placements.h"
 #include "harness/trajectory.h"
+#include "testing/fixtures.h"
 
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
@@ -23,16 +24,7 @@ namespace {
 bool have_cuda() { return at::globalContext().hasCUDA(); }
 
 TrainConfig cuda_config(OptimizerKind optimizer) {
-  TrainConfig c;
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 64;
-  c.steps = 8;
-  c.batch = 2;
-  c.seq = 8;
-  c.seed = 5;
-  c.runtime.optimizer = c.planner.optimizer = optimizer;
-  return c;
+  return tiny_config({.steps = 8, .seed = 5, .optimizer = optimizer});
 }
 
 // Runs owner vs oracle on `device_kind` over `backend` with W ranks; returns failure lines.

@@ -8,6 +8,7 @@
 #include "core/train/model.h"
 #include "harness/trajectory.h"
 #include "harness/placements.h"
+#include "testing/fixtures.h"
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/full.h>
@@ -34,22 +35,10 @@ PrecisionPolicy policy(Precision p) {
 }
 
 TrainConfig base_config(OptimizerKind optimizer, Precision precision = Precision::fp32) {
-  TrainConfig c;
+  // A narrower tiny model keeps 12 x 11 twenty-step runs inside the CI budget; roots and
+  // eigenbases refreshed several times within the run.
+  TrainConfig c = tiny_config({.steps = kSteps, .seed = 11, .optimizer = optimizer, .test_rates = true, .precondition_frequency = 5});
   c.runtime.precision = policy(precision);
-  // A narrower tiny model keeps 12 x 11 twenty-step runs inside the CI budget.
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 64;
-  c.steps = kSteps;
-  c.batch = 2;
-  c.seq = 8;
-  c.seed = 11;
-  c.runtime.optimizer = optimizer;
-  c.planner.optimizer = optimizer;
-  c.runtime.muon.lr = 0.02;
-  c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
-  // Roots and eigenbases refreshed several times within the run.
-  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 5;
   return c;
 }
 

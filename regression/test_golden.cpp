@@ -58,7 +58,7 @@ TrainConfig golden_config(int world_size, OptimizerKind optimizer, c10::ScalarTy
   c.batch = 4;
   c.seq = 32;
   c.seed = 0;
-  c.runtime.optimizer = c.planner.optimizer = optimizer;
+  set_optimizer(c, optimizer);
   c.runtime.muon.lr = 0.02;
   c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
   c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 10;

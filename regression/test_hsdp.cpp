@@ -14,6 +14,7 @@
 #include "core/train/data.h"
 #include "harness/placements.h"
 #include "harness/trajectory.h"
+#include "testing/fixtures.h"
 
 #include <gtest/gtest.h>
 
@@ -25,18 +26,7 @@ namespace {
 constexpr int kSteps = 10;
 
 TrainConfig base_config(OptimizerKind optimizer, int replicas, StepMode mode) {
-  TrainConfig c;
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 64;
-  c.steps = kSteps;
-  c.batch = 2;
-  c.seq = 8;
-  c.seed = 13;
-  c.runtime.optimizer = c.planner.optimizer = optimizer;
-  c.runtime.muon.lr = 0.02;
-  c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
-  c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = 4;
+  TrainConfig c = tiny_config({.steps = kSteps, .seed = 13, .optimizer = optimizer, .test_rates = true, .precondition_frequency = 4});
   c.runtime.replicas = replicas;
   c.runtime.step_mode = mode;
   return c;

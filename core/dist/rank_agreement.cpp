@@ -32,6 +32,15 @@ std::vector<std::string> allgather_strings(Communicator& comm, const std::string
   return out;
 }
 
+void check_same_settings(Communicator& comm, const std::string& what, const std::string& mine) {
+  const std::vector<std::string> all = allgather_strings(comm, mine);
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0]) differ += (differ.empty() ? "" : "; ") + ("rank " + std::to_string(r) + " has '" + all[r] + "'");
+  TORCH_CHECK(differ.empty(), what, " differs across ranks: rank 0 has '", all[0], "', ", differ,
+              " (every rank must be started with the same settings)");
+}
+
 void fail_together(Communicator& comm, const std::string& error, const std::string& what) {
   const std::vector<std::string> errors = allgather_strings(comm, error);
   for (size_t r = 0; r < errors.size(); ++r) {

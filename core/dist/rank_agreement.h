@@ -14,6 +14,11 @@ namespace mfsdp {
 // Every rank's string, in rank order (lengths, then the bytes padded to the longest).
 std::vector<std::string> allgather_strings(Communicator& comm, const std::string& mine);
 
+// Every rank passes its settings `mine` as text ("replicas 2, step mode dedup"); throws on every
+// rank, naming each rank whose settings differ from rank 0's and both texts, unless all are equal.
+// `what` names the settings in the message ("train: the HSDP mesh").
+void check_same_settings(Communicator& comm, const std::string& what, const std::string& mine);
+
 // Every rank passes its error ("" when fine); all throw together, naming the first failed rank,
 // instead of the healthy ranks waiting in a collective the failed one never reaches.
 void fail_together(Communicator& comm, const std::string& error, const std::string& what);
@@ -21,17 +26,5 @@ void fail_together(Communicator& comm, const std::string& error, const std::stri
 // The mean over ranks of each entry of `local` (every rank passes the same count): summed in rank
 // order 0..W-1 in double, divided once by W; the same on every rank.
 std::vector<double> mean_over_ranks(Communicator& comm, const std::vector<double>& local);
-
-// Runs `f`; returns its error message ("" when it succeeded), for fail_together.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    std::string m = error_message(e);
-    return m.empty() ? std::string("unknown error") : m;
-  }
-  return "";
-}
 
 }  // namespace mfsdp

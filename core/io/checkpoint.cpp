@@ -412,6 +412,7 @@ LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt, Comm
   const int me = comm.rank();  // in the whole mesh
   const int shard_rank = rt.comm().rank();
   LoadReport report;
+  report.checkpoint = checkpoint;
   // 1. Every file verified once in all, spread over the ranks (rank r: files r, r + W, ...), and
   //    every rank told the outcome before anything is applied: a checkpoint that fails anywhere
   //    is used nowhere, whatever this rank itself would read of it.
@@ -467,7 +468,7 @@ LoadReport load_checkpoint(const std::string& checkpoint, OwnerRuntime& rt, Comm
     }
     // A generator tensor written by an earlier version (the process-global CPU generator) is
     // verified with its file in step 1 and not applied (see save_checkpoint).
-    report.sampler = L.ranks[me < L.world_size() ? me : 0].sampler;
+    report.sampler = L.ranks[me < L.world_size() ? me : 0].sampler.dump();
     report.bytes_read = src.bytes_read();
   });
   fail_together(comm, error, "checkpoint: loading '" + checkpoint + "'");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/io/checkpoint_format.h"
+#include "core/io/load_report.h"
 #include "core/runtime/owner_runtime.h"
 
 #include <functional>
@@ -82,16 +83,6 @@ class CheckpointSource {
   std::string dir_;
   CheckpointLayout layout_;
   std::map<int, std::unique_ptr<VerifiedFile>> files_;
-};
-
-struct LoadReport {
-  int64_t step = 0;
-  int64_t bytes_verified = 0;  // by this rank: its share of verifying every file once
-  int written_world_size = 0;
-  bool same_layout = false;  // same plan and mesh: each rank read (and fully verified) its own file
-  int64_t bytes_read = 0;    // by this rank
-  int64_t bytes_total = 0;   // all rank files
-  nlohmann::json sampler;    // the sampler state the writing rank of the same index recorded (rank 0's if none)
 };
 
 // Verifies every byte of the rank files i with i % parts == part against the manifest, and that

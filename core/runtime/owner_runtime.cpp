@@ -71,9 +71,11 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
 
 OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, RuntimeOptions options,
                            const ParamMap& full_init, Communicator* replicate)
-    : plan_(plan), comm_(comm), options_(std::move(options)), replicate_(replicate) {
-  TORCH_CHECK((options_.replicas > 1) == (replicate_ != nullptr) &&
-                  (!replicate_ || replicate_->world_size() == options_.replicas),
+    : plan_(plan),
+      comm_(comm),
+      options_(std::move(options)),
+      replicas_(plan_, replicate, options_.step_mode, options_.optimizer, options_.reduce) {
+  TORCH_CHECK((options_.replicas > 1) == (replicate != nullptr) && (!replicate || replicate->world_size() == options_.replicas),
               "runtime: rank ", comm_.rank(), ": ", options_.replicas, " replicas need a replicate group of that size");
   // Bad input first, before any collective: names, shapes and dtypes must match the plan.
   for (const MatrixShard& s : plan_.shards()) {
@@ -95,11 +97,8 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     PhaseScope phase(comm_, Phase::other);
     comm_.check_same_plan(plan_.hash());
   }
-  if (replicate_ && options_.step_mode == StepMode::dedup) {
-    TORCH_CHECK(!options_.even_matrix_step, "runtime: rank ", comm_.rank(),
-                ": the dedup step mode steps whole owned matrices; the reconstruct and alltoall placements run replicated");
-    step_replica_ = dedup_step_replicas(plan_, options_.replicas, options_.optimizer, OptimizerCostConfig{});
-  }
+  TORCH_CHECK(replicas_.mode() != ReplicaSyncMode::dedup || !options_.even_matrix_step, "runtime: rank ", comm_.rank(),
+              ": the dedup step mode steps whole owned matrices; the reconstruct and alltoall placements run replicated");
   for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u) {
     units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard, options_.precision));
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
@@ -122,7 +121,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     const ShardSlice* mine = s.slice_on(comm_.rank());
     local.copy_(full_init.at(s.name).narrow(0, mine->row_begin, mine->rows));
     if (even_matrix_[i]) continue;  // stepped by the even-matrix step
-    if (!step_replica_.empty() && step_replica_[i] != replica()) continue;  // dedup: another replica steps it
+    if (!replicas_.steps(static_cast<int>(i))) continue;  // dedup: another replica steps it
     const bool hidden = s.kind == ParamKind::hidden_matrix;
     TORCH_CHECK(!hidden || s.role == Role::owned_matrix || options_.optimizer == OptimizerKind::adamw, "runtime: rank ",
                 comm_.rank(), ": ", to_string(options_.optimizer), " needs hidden matrix '", s.name,
@@ -219,83 +218,11 @@ void OwnerRuntime::queue_final_callback() {
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finish_backward(); });
 }
 
-void OwnerRuntime::combine_replicas() {
-  PhaseScope phase(comm_, Phase::grad_reduce);
-  PhaseScope rphase(*replicate_, Phase::grad_reduce);
-  const int R = replicate_->world_size();
-  const int64_t W = static_cast<int64_t>(R) * plan_.world_size();
-  const bool fast = options_.reduce == ReduceMode::fast;
-  // Deterministic dedup: only the stepping replica needs a shard's mean, so one all-to-all per unit
-  // sends each replica's partial sums of a shard to its stepper alone ((R-1)/R of the segment sent
-  // per rank, against R-1 segments for an all-gather). The other replicas keep their partial
-  // sums there; the update broadcast overwrites those shards after the step.
-  const bool to_stepper = !fast && !step_replica_.empty();
-  const int me = replica();
-  // The shards of unit u this rank stores stepped by replica q, in the unit's order (the same on
-  // every replica: one plan).
-  auto stepped_by = [&](size_t u, int q) {
-    std::vector<int> out;
-    for (int i : units_[u]->shards())
-      if (step_replica_[i] == q && units_[u]->local_grad(i).defined()) out.push_back(i);
-    return out;
-  };
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<at::Tensor> received(units_.size()), sent(units_.size());
-  for (size_t u = 0; u < units_.size(); ++u) {
-    at::Tensor& g = units_[u]->segment_grad();
-    if (g.numel() == 0) continue;  // the same on every replica: one plan
-    UnitScope tag(*replicate_, static_cast<int>(u));
-    if (fast) {
-      works.push_back(replicate_->allreduce_sum(g));
-    } else if (to_stepper) {
-      std::vector<at::Tensor> parts;
-      std::vector<int64_t> send_splits(R, 0);
-      for (int q = 0; q < R; ++q)
-        for (int i : stepped_by(u, q)) {
-          parts.push_back(units_[u]->local_grad(i).reshape({-1}));
-          send_splits[q] += parts.back().numel();
-        }
-      // A rank whose segment of u holds only padding rows sends nothing.
-      sent[u] = parts.empty() ? at::empty({0}, g.options()) : at::cat(parts);
-      received[u] = at::empty({R * send_splits[me]}, g.options());
-      works.push_back(replicate_->alltoall(received[u], sent[u], std::vector<int64_t>(R, send_splits[me]), send_splits));
-    } else {
-      received[u] = at::empty({R * g.numel()}, g.options());
-      works.push_back(replicate_->allgather(received[u], g));
-    }
-  }
-  for (auto& w : works) w->wait();
-  for (size_t u = 0; u < units_.size(); ++u) {
-    at::Tensor& g = units_[u]->segment_grad();
-    if (g.numel() == 0) continue;
-    if (fast) {
-      g.div_(static_cast<double>(W));
-      continue;
-    }
-    if (to_stepper) {
-      const int64_t n_mine = received[u].numel() / R;
-      int64_t offset = 0;
-      for (int i : stepped_by(u, me)) {
-        at::Tensor grad = units_[u]->local_grad(i);
-        const int64_t n = grad.numel();
-        std::vector<at::Tensor> partials;
-        for (int r = 0; r < R; ++r) partials.push_back(received[u].narrow(0, r * n_mine + offset, n));
-        grad.view({-1}).copy_(mean_of_partial_sums(partials, W, grad.scalar_type()));
-        offset += n;
-      }
-      continue;
-    }
-    std::vector<at::Tensor> partials;
-    for (int r = 0; r < R; ++r) partials.push_back(received[u].narrow(0, r * g.numel(), g.numel()));
-    g.copy_(mean_of_partial_sums(partials, W, g.scalar_type()));
-  }
-}
-
 void OwnerRuntime::finish_backward() {
   callback_queued_ = false;
   for (at::Tensor& v : lent_views_) v = at::Tensor();  // the graph that held them is done
-  for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicate_ == nullptr);
-  if (replicate_) combine_replicas();
+  for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicas_.shard_group_divides());
+  replicas_.combine(units_, comm_);
   reduce_order_.clear();
   forward_order_.clear();
   for (auto& unit : units_) {
@@ -312,17 +239,14 @@ void OwnerRuntime::finish_backward() {
   // HSDP: one flag per rank of the whole mesh (replica-major), summed over the shard group and then
   // over the replicate group, so every replica decides alike (under dedup each sees only the
   // gradients it steps).
-  const int replicas = replicate_ ? replicate_->world_size() : 1;
+  const int replicas = replicas_.replicas();
   at::Tensor flags = at::zeros({replicas * comm_.world_size()}, at::TensorOptions().dtype(at::kLong));
   flags[replica() * comm_.world_size() + comm_.rank()] = first_bad;
   {
     PhaseScope phase(comm_, Phase::grad_reduce);
     at::Tensor on_device = flags.to(comm_.control_device());
     comm_.allreduce_sum(on_device)->wait();
-    if (replicate_) {
-      PhaseScope rphase(*replicate_, Phase::grad_reduce);
-      replicate_->allreduce_sum(on_device)->wait();
-    }
+    replicas_.sum_over_replicas(on_device);
     flags = on_device.cpu();
   }
   pending_report_ = StepReport{};
@@ -366,20 +290,7 @@ StepReport OwnerRuntime::step() {
   if (!even_matrices.empty()) {
     even_matrix_step().step(EvenMatrixView(plan_, comm_, options_, units_), even_matrices);
   }
-  if (!step_replica_.empty()) {
-    // dedup: each stepped fp32 master goes from its stepping replica to the others.
-    PhaseScope rphase(*replicate_, Phase::update_broadcast);
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    std::vector<at::Tensor> sent;
-    for (size_t i = 0; i < plan_.shards().size(); ++i) {
-      at::Tensor param = units_[plan_.shards()[i].unit]->local_param(static_cast<int>(i));
-      if (!param.defined()) continue;  // this shard rank stores none of it (in every replica)
-      sent.push_back(param);
-      UnitScope tag(*replicate_, plan_.shards()[i].unit);
-      works.push_back(replicate_->broadcast(sent.back(), step_replica_[i]));
-    }
-    for (auto& w : works) w->wait();
-  }
+  replicas_.broadcast_updates(units_);
   return report;
 }
 

@@ -18,6 +18,7 @@
 #include "core/optim/optimizer_routing.h"
 #include "core/runtime/even_matrix_step.h"
 #include "core/runtime/param_map.h"
+#include "core/runtime/replica_sync.h"
 #include "core/runtime/unit.h"
 #include "core/util/enum_names.h"
 
@@ -125,8 +126,8 @@ class OwnerRuntime {
   // Matrix-optimizer steps (one Newton-Schulz each under Muon) this rank took, all steps so far.
   int64_t matrix_steps() const { return matrix_steps_; }
   // HSDP: the replica stepping each plan shard (dedup), or empty (replicated, or no HSDP).
-  const std::vector<int>& step_replicas() const { return step_replica_; }
-  int replica() const { return replicate_ ? replicate_->rank() : 0; }
+  const std::vector<int>& step_replicas() const { return replicas_.step_replicas(); }
+  int replica() const { return replicas_.replica(); }
 
 
  private:
@@ -135,7 +136,6 @@ class OwnerRuntime {
   void revive_unit(int u);
   void queue_final_callback();
   void track_peak();
-  void combine_replicas();  // HSDP: every replica's owners get the mesh-order mean
 
   const OwnershipPlan& plan_;
   Communicator& comm_;
@@ -151,8 +151,7 @@ class OwnerRuntime {
   int64_t peak_gathered_ = 0;
   int64_t matrix_steps_ = 0;
   StepReport pending_report_;
-  Communicator* replicate_ = nullptr;
-  std::vector<int> step_replica_;  // dedup: per shard, the replica that steps it
+  ReplicaSync replicas_;  // HSDP: how the replica groups stay in step (core/runtime/replica_sync.h)
   // Tied parameters (UnitLayout::borrowed): per unit, the last later unit that borrows from it
   // (-1: none; such a unit stays gathered from its forward to its backward), and per shard the
   // full view its unit's unshard returned, handed to the borrowers until the backward ends.

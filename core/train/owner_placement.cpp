@@ -1,6 +1,7 @@
 #include "core/train/owner_placement.h"
 
 #include "core/dist/mesh.h"
+#include "core/dist/rank_agreement.h"
 #include "core/io/checkpoint.h"
 #include "core/plan/planner.h"
 #include "core/runtime/owner_runtime.h"
@@ -23,7 +24,8 @@ std::optional<Mesh> checked_mesh(RankContext* ctx, Communicator& world, const Tr
   TORCH_CHECK(ctx, "train: rank ", world.rank(), ": --replicas ", R, " needs the rank context to form the mesh");
   {
     PhaseScope phase(world, Phase::other);
-    world.check_same_plan(0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(R) + static_cast<uint64_t>(config.runtime.step_mode) + 1);
+    check_same_settings(world, "train: the HSDP mesh",
+                        "replicas " + std::to_string(R) + ", step mode " + to_string(config.runtime.step_mode));
   }
   return make_mesh(*ctx, R);
 }
@@ -80,17 +82,7 @@ class OwnerRunner : public PlacementRunner {
     return mfsdp::save_checkpoint(root, rt_, ctx, &world_);
   }
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
-    const LoadReport r = mfsdp::load_checkpoint(checkpoint, rt_, &world_);
-    ResumeInfo info;
-    info.checkpoint = checkpoint;
-    info.step = r.step;
-    info.written_world_size = r.written_world_size;
-    info.same_layout = r.same_layout;
-    info.bytes_read = r.bytes_read;
-    info.bytes_total = r.bytes_total;
-    info.bytes_verified = r.bytes_verified;
-    info.sampler = r.sampler.dump();
-    return info;
+    return mfsdp::load_checkpoint(checkpoint, rt_, &world_);
   }
   int64_t resident_bytes() const override { return rt_.resident_bytes(); }
   int64_t peak_gathered_bytes() const override { return rt_.peak_gathered_bytes(); }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "core/dist/communicator.h"
+#include "core/io/load_report.h"
 #include "core/runtime/param_map.h"
 
 #include <ATen/core/Tensor.h>
@@ -43,17 +44,8 @@ const char* to_string(Placement placement);
 Placement placement_from_string(const std::string& name);  // throws naming the known ones
 bool runs_on_owner_runtime(Placement placement);
 
-// What a run resumed from (TrainResult::resumed).
-struct ResumeInfo {
-  std::string checkpoint;  // empty: started at step 0
-  int64_t step = 0;
-  int written_world_size = 0;
-  bool same_layout = false;  // the fast path: every rank read only its own file
-  int64_t bytes_read = 0, bytes_total = 0;  // by this rank; of every rank file
-  int64_t bytes_verified = 0;               // by this rank, its share of verifying every file once
-  std::vector<std::string> warnings;        // sampler settings that differ from the checkpoint's
-  std::string sampler;                      // the sampler state the checkpoint recorded (JSON)
-};
+// What a run resumed from (TrainResult::resumed): the loader's own record (core/io/load_report.h).
+using ResumeInfo = LoadReport;
 
 // One placement's training step on one rank, behind the common loop (train_loop).
 class PlacementRunner {

@@ -139,11 +139,20 @@ void claim_checkpoint_dir(TrainConfig& run, const std::string& resumed) {
 
 }  // namespace
 
+void set_optimizer(TrainConfig& config, OptimizerKind kind) {
+  config.runtime.optimizer = kind;
+  config.planner.optimizer = kind;
+}
+
 TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const PlacementRunnerFactory& make,
                        const std::function<void(const StepMetrics&)>& on_step) {
   TORCH_CHECK(config.steps >= 0, "train: steps must be >= 0");
   TORCH_CHECK(config.model.vocab >= 256, "train: the byte-level corpus needs a vocabulary of at least 256");
   TORCH_CHECK(config.checkpoint_every >= 0, "train: checkpoint_every must be >= 0");
+  // One fact, one value: the plan is balanced for the optimizer the run steps with.
+  TORCH_CHECK(config.planner.optimizer == config.runtime.optimizer, "train: the plan is balanced for ",
+              to_string(config.planner.optimizer), " but the run steps with ", to_string(config.runtime.optimizer),
+              " (set both with set_optimizer)");
   TORCH_CHECK(config.checkpoint_dir.empty() || runs_on_owner_runtime(config.placement), "train: placement ",
               to_string(config.placement), " does not write checkpoints (owner, reconstruct and alltoall do)");
   TransformerModel model(config.model, config.runtime.precision.output_dtype);

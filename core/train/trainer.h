@@ -90,6 +90,10 @@ nlohmann::json model_config_json(const TransformerConfig& model);
 // config.model (a usage error, found before any collective).
 void check_groups(const TrainConfig& config);
 
+// The run's optimizer kind: the one the runtime steps with and the one the plan is balanced for
+// are one fact, stated here (train_loop refuses a configuration where they differ).
+void set_optimizer(TrainConfig& config, OptimizerKind kind);
+
 // The common loop: config.steps steps of the placement runner `make` builds, each on this rank's batch of
 // the corpus (on config.runtime.device), with per-step metrics (bytes per phase from the
 // communicator, mean loss over ranks) passed to `on_step` as soon as they exist.

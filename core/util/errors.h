@@ -8,6 +8,19 @@ namespace mfsdp {
 
 std::string error_message(const std::exception& e);
 
+// Runs `f`; returns its error message ("" when it succeeded): for fail_together
+// (core/dist/rank_agreement.h) and for tests that check what an error says.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    std::string m = error_message(e);
+    return m.empty() ? std::string("unknown error") : m;
+  }
+  return "";
+}
+
 }  // namespace mfsdp
 
 namespace mfsdp {

@@ -1,6 +1,7 @@
 // Matrix optimizers: Newton–Schulz invariants, matrix roots by residual, Shampoo and SOAP against
 // their float64 references (reference/matrix_optim_ref.h), a behavioural check on a quadratic,
 // state sizes equal to the memory model's, and bad input.
+#include "core/util/errors.h"
 #include "core/optim/optim.h"
 #include "core/optim/optimizer_routing.h"
 #include "core/plan/optimizer_cost.h"
@@ -41,15 +42,6 @@ at::Tensor with_singular_values(int64_t rows, int64_t cols, const at::Tensor& si
   at::Tensor u = std::get<0>(at::linalg_qr(randn({rows, k}, seed)));
   at::Tensor v = std::get<0>(at::linalg_qr(randn({cols, k}, seed + 1)));
   return at::matmul(u * sigma.unsqueeze(0), v.t());
-}
-
-std::string expect_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "<no error>";
 }
 
 // ---- Newton–Schulz ---------------------------------------------------------------------------
@@ -239,22 +231,22 @@ TEST(MatrixOptimizers, StateBytesEqualTheMemoryModel) {
 // ---- bad input -------------------------------------------------------------------------------
 
 TEST(MatrixOptimizers, BadInputGivesClearErrors) {
-  EXPECT_NE(expect_error([] { make_shampoo(ShampooOptions{}, {4}); }).find("shampoo: needs a 2-D parameter, got 1-D"),
+  EXPECT_NE(error_of([] { make_shampoo(ShampooOptions{}, {4}); }).find("shampoo: needs a 2-D parameter, got 1-D"),
             std::string::npos);
-  EXPECT_NE(expect_error([] { make_soap(SoapOptions{}, {2, 3, 4}); }).find("soap: needs a 2-D parameter"), std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] { make_soap(SoapOptions{}, {2, 3, 4}); }).find("soap: needs a 2-D parameter"), std::string::npos);
+  EXPECT_NE(error_of([] {
               auto o = make_muon(MuonOptions{}, {3, 3});
               at::Tensor p = at::zeros({3, 3}, at::TensorOptions().dtype(at::kLong));
               o->step(p, p);
             }).find("muon: needs a real floating-point tensor, got Long"),
             std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               auto o = make_soap(SoapOptions{}, {3, 3});
               at::Tensor p = at::zeros({3, 3}, at::TensorOptions().dtype(at::kComplexFloat));
               o->step(p, p);
             }).find("soap: needs a real floating-point tensor, got ComplexFloat"),
             std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               auto o = make_shampoo(ShampooOptions{}, {3, 3});
               at::Tensor p = at::zeros({3, 3}), g = at::zeros({3});
               o->step(p, g);
@@ -262,17 +254,17 @@ TEST(MatrixOptimizers, BadInputGivesClearErrors) {
             std::string::npos);
   ShampooOptions nan_lr;
   nan_lr.lr = std::nan("");
-  EXPECT_NE(expect_error([&] { make_shampoo(nan_lr, {3, 3}); }).find("shampoo: lr must be finite, got nan"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_shampoo(nan_lr, {3, 3}); }).find("shampoo: lr must be finite, got nan"), std::string::npos);
   SoapOptions bad_beta;
   bad_beta.beta2 = 1.5;
-  EXPECT_NE(expect_error([&] { make_soap(bad_beta, {3, 3}); }).find("soap: beta2 must be in [0, 1), got 1.5"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_soap(bad_beta, {3, 3}); }).find("soap: beta2 must be in [0, 1), got 1.5"), std::string::npos);
   MuonOptions inf_wd;
   inf_wd.weight_decay = INFINITY;
-  EXPECT_NE(expect_error([&] { make_muon(inf_wd, {3, 3}); }).find("muon: weight_decay must be finite"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_muon(inf_wd, {3, 3}); }).find("muon: weight_decay must be finite"), std::string::npos);
   AdamWOptions neg_eps;
   neg_eps.eps = -1;
-  EXPECT_NE(expect_error([&] { make_adamw(neg_eps); }).find("adamw: eps must be >= 0, got -1"), std::string::npos);
-  EXPECT_NE(expect_error([] { optimizer_kind_from_string("lion"); }).find("unknown optimizer 'lion' (expected muon, adamw, shampoo or soap)"),
+  EXPECT_NE(error_of([&] { make_adamw(neg_eps); }).find("adamw: eps must be >= 0, got -1"), std::string::npos);
+  EXPECT_NE(error_of([] { optimizer_kind_from_string("lion"); }).find("unknown optimizer 'lion' (expected muon, adamw, shampoo or soap)"),
             std::string::npos);
 }
 
@@ -313,7 +305,7 @@ TEST(MatrixOptimizers, ExpertTensorsStepEachSliceAsItsOwnMatrix) {
     experts->step(param, grad(9));
     resumed->step(copy, grad(9));
     EXPECT_TRUE(param.equal(copy)) << to_string(kind);
-    EXPECT_NE(expect_error([&] { resumed->load_state(experts->state(), experts->scalars(), {n + 1, rows, cols}); })
+    EXPECT_NE(error_of([&] { resumed->load_state(experts->state(), experts->scalars(), {n + 1, rows, cols}); })
                   .find("per-slice state of 3 experts loaded for a parameter of shape [4, 12, 8]"),
               std::string::npos);
   }

@@ -139,28 +139,25 @@ def exists(path, bases):
 PLACEHOLDER_COMPONENT = re.compile(r"^[A-Z][A-Z0-9_]*$|(^|[_.-])[A-Z]($|[_.-])")
 
 
-def code_spans(text):
-    """(line number, span) for every inline code span outside fenced blocks."""
-    spans, fenced = [], False
+def prose_lines(text):
+    """(line number, line) for every line outside fenced code blocks."""
+    fenced = False
     for number, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("```"):
             fenced = not fenced
             continue
-        if fenced:
-            continue
-        for m in re.finditer(r"(`+)(.+?)\1", line):
-            spans.append((number, m.group(2).strip()))
-    return spans
+        if not fenced:
+            yield number, line
+
+
+def code_spans(text):
+    """(line number, span) for every inline code span outside fenced blocks."""
+    return [(number, m.group(2).strip()) for number, line in prose_lines(text) for m in re.finditer(r"(`+)(.+?)\1", line)]
 
 
 def links(text):
-    out, fenced = [], False
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("```"):
-            fenced = not fenced
-            continue
-        if fenced:
-            continue
+    out = []
+    for number, line in prose_lines(text):
         line = re.sub(r"(`+).+?\1", "", line)  # a link inside a code span is not a link
         for m in re.finditer(r"\]\(([^()\s]+)\)", line):
             out.append((number, m.group(1)))

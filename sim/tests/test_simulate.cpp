@@ -7,6 +7,7 @@
 #include "core/plan/planner.h"
 #include "core/util/files.h"
 #include "harness/placements.h"
+#include "testing/fixtures.h"
 
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
@@ -24,16 +25,7 @@ namespace mfsdp {
 namespace {
 
 TrainConfig small_config() {
-  TrainConfig c;
-  c.model = preset_config("tiny");
-  c.model.hidden = 32;
-  c.model.intermediate = 48;
-  c.model.layers = 2;
-  c.batch = 2;
-  c.seq = 8;
-  c.steps = 1;
-  c.runtime.optimizer = c.planner.optimizer = OptimizerKind::muon;
-  return c;
+  return tiny_config({.intermediate = 48, .steps = 1});
 }
 
 // One collective as both logs show it.
@@ -120,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
                                   c.runtime.precision.reduce_dtype = at::kBFloat16;
                                 }},
                       TraceCase{"owner_W3_shampoo", Placement::owner, 3,
-                                [](TrainConfig& c) { c.runtime.optimizer = c.planner.optimizer = OptimizerKind::shampoo; }},
+                                [](TrainConfig& c) { set_optimizer(c, OptimizerKind::shampoo); }},
                       // HSDP meshes: each rank's shard and replicate groups, group by group.
                       TraceCase{"hsdp_r2s3_owner_replicated", Placement::owner, 6, [](TrainConfig& c) { c.runtime.replicas = 2; }},
                       TraceCase{"hsdp_r3s2_owner_dedup", Placement::owner, 6,
@@ -140,7 +132,7 @@ SimConfig cluster(const std::string& model, Placement placement, int W, const st
   SimConfig s;
   s.train.model = preset_config(model);
   s.train.runtime.precision.param_dtype = s.train.runtime.precision.reduce_dtype = s.train.model.dtype;
-  s.train.runtime.optimizer = s.train.planner.optimizer = OptimizerKind::muon;
+  set_optimizer(s.train, OptimizerKind::muon);
   s.train.batch = 1;
   s.train.seq = 4096;
   s.placement = placement;

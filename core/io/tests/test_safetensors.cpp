@@ -1,5 +1,6 @@
 // The safetensors reader and writer: round trips of every supported dtype, row-range reads, and
 // clear errors (naming the file) for every way a header can lie.
+#include "core/util/errors.h"
 #include "core/util/files.h"
 #include "core/io/safetensors.h"
 
@@ -50,15 +51,6 @@ std::string slurp(const std::string& path) { return read_file(path, "test"); }
 void spit(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << bytes;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "<no error>";
 }
 
 // A file with a header written by hand: 8-byte length, JSON, data.
