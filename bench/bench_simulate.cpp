@@ -4,7 +4,7 @@
 //
 //   build/bench/bench_simulate                                # all cases
 //   build/bench/bench_simulate --benchmark_filter=/1024/
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 #include "sim/simulate.h"
 
 #include <benchmark/benchmark.h>

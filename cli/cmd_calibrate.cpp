@@ -1,6 +1,6 @@
 // `mfsdp calibrate`: this machine's collectives and matmul rate, measured and written as a hardware
 // profile for `mfsdp simulate` (docs/simulate.md). The measurement and the profile are
-// sim/calibrate.h's; the fit of the collectives core/sim/collective_fit.h's.
+// sim/calibrate.h's; the fit of the collectives sim/collective_fit.h's.
 #include "cli/commands.h"
 #include "core/util/files.h"
 #include "sim/calibrate.h"

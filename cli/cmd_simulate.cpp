@@ -6,7 +6,7 @@
 #include "core/plan/precision.h"
 #include "core/dist/mesh.h"
 #include "core/plan/presets.h"
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 #include "sim/simulate.h"
 
 #include <c10/util/Exception.h>

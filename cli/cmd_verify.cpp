@@ -21,7 +21,7 @@ struct VerifyArgs {
   int world_size = 2;
   std::string placement = "owner";
   RunOptions run;
-  StepArgs step{.steps = 10, .batch = 2, .seq = 16};
+  StepArgs step{.steps = 10, .batch = 2, .seq = 16, .seed = 0, .timeout_s = 60, .groups = {}};
   bool json = false;
 };
 

@@ -72,6 +72,10 @@ void apply_placement(Placement placement, TrainConfig& config) {
 }
 
 
+PlannerOptions planner_options_for(Placement placement, const PlannerOptions& planner) {
+  return placement == Placement::zero1 ? zero1_planner_options(planner) : planner;
+}
+
 std::unique_ptr<PlacementRunner> make_runner(const TransformerModel& model, Communicator& comm, const TrainConfig& config,
                                              const ParamMap& init, RankContext* ctx) {
   switch (config.placement) {

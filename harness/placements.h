@@ -1,6 +1,7 @@
 // Every placement by name (core/train/placement.h): the owner runtime's (owner, reconstruct,
 // alltoall), the ZeRO-1 owner baseline and the DDP oracle, all behind the one loop and the same
-// counting communicator, so bytes and calls per phase compare directly.
+// counting communicator, so bytes and calls per phase compare directly. The composition root
+// (library mfsdp_placements): the one place that knows every placement's runner and options.
 #pragma once
 
 #include "core/train/trainer.h"
@@ -13,6 +14,10 @@ namespace mfsdp {
 // Sets config.placement and what it implies: reconstruct and alltoall keep every parameter in
 // even shards and step hidden matrices with their even-matrix step (reference/).
 void apply_placement(Placement placement, TrainConfig& config);
+
+// The planner options a placement's plan is made with from the run's: zero1 places every tensor
+// whole (reference/zero1.h); the others use them as given.
+PlannerOptions planner_options_for(Placement placement, const PlannerOptions& planner);
 
 // The runner of config.placement on this rank.
 // `ctx`: this rank's context, which HSDP (config.runtime.replicas > 1) forms its mesh from.

@@ -4,14 +4,14 @@
 //                  world size and size given, the median of `reps` rounds after a warm-up (each
 //                  round times every size once, 4 calls in a row, each after a burst of compute on
 //                  every rank, less the bursts timed alone), and fitted to the α-β model by
-//                  core/sim/collective_fit.h, across world sizes and at each (`at_ranks`)
+//                  sim/collective_fit.h, across world sizes and at each (`at_ranks`)
 //   matmul         n x n x n products for n = 16 ... 512 on one intra-op thread, fp32 and bf16
 //   per operator   the tiny model's forward and backward, and AdamW steps of its parameters, on
 //                  one thread, operators counted by the simulator's observer (sim/trace.h)
 //   compute slots  the tiny pass on every core at once against one alone
 #pragma once
 
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 
 #include <cstdint>
 #include <functional>

@@ -3,9 +3,8 @@
 #include "core/dist/mesh.h"
 #include "core/plan/memory_model.h"
 #include "core/plan/planner.h"
-#include "core/sim/collective_model.h"
+#include "sim/collective_model.h"
 #include "harness/placements.h"
-#include "reference/zero1.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -55,7 +54,7 @@ std::vector<double> optimizer_macs_per_rank(const SimConfig& c, const ModelSpec&
       for (const RankUsage& r : owner_usage.ranks) macs[r.rank] = r.optimizer_cost;
       break;
     case Placement::zero1: {
-      const OwnershipPlan plan = make_plan(spec, W, zero1_planner_options(c.train.planner));
+      const OwnershipPlan plan = make_plan(spec, W, planner_options_for(Placement::zero1, c.train.planner));
       const PlanUsage usage = plan_usage(plan, mm);
       for (const RankUsage& r : usage.ranks) macs[r.rank] = r.optimizer_cost;
       break;
@@ -170,87 +169,94 @@ int64_t activation_bytes(const TransformerConfig& m, int64_t batch, int64_t seq,
   return static_cast<int64_t>(total);
 }
 
-SimResult simulate(const SimConfig& c) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const HardwareProfile& hw = c.profile;
-  const int W = c.world_size;
-  TORCH_CHECK(W >= 1, "simulate: world size ", W, " (needs at least 1)");
-  SimResult r;
-  r.placement = to_string(c.placement);
-  r.world_size = W;
-  r.replicas = c.train.runtime.replicas;
-  r.step_mode = r.replicas > 1 && c.placement != Placement::ddp ? to_string(c.train.runtime.step_mode) : "";
-  r.nodes = (W + hw.ranks_per_node - 1) / hw.ranks_per_node;
-  r.profile = hw.name;
+namespace {
 
-  const TransformerModel model(c.train.model);
+// The simulator's stages, in the order simulate() runs them.
+
+// 1. Where the work is: the HSDP mesh, the owner plan's usage and every rank's optimizer work;
+// the rank traced is the one with the most (every rank issues the same collectives and computes
+// the same forward and backward; the optimizer step is what differs).
+struct Layout {
+  MeshShape mesh;
+  MemoryModelOptions memory;
+  PlanUsage usage;
+  std::vector<double> macs;  // per rank
+  int busiest = 0;
+};
+
+Layout lay_out(const SimConfig& c, const ModelSpec& spec) {
+  Layout l;
   // HSDP: R replica groups of S ranks (core/dist/mesh.h), the plan made for S.
-  const MeshShape mesh = mesh_shape(W, c.train.runtime.replicas);
-  MemoryModelOptions mm;
-  mm.optimizer = c.train.runtime.optimizer;
-  mm.cost = OptimizerCostConfig(c.train.runtime);
-  mm.precision = c.train.runtime.precision;
-  mm.replicas = mesh.replicas;
-  mm.step_mode = c.train.runtime.step_mode;
-  const OwnershipPlan owner_plan = make_plan(model.spec(), mesh.shard, c.train.planner);
-  const PlanUsage usage = plan_usage(owner_plan, mm);
-  // The rank traced: the one with the most optimizer work (every rank issues the same collectives
-  // and computes the same forward and backward; the optimizer step is what differs).
-  const std::vector<double> macs = optimizer_macs_per_rank(c, model.spec(), usage, mm);
-  const int busiest = static_cast<int>(std::max_element(macs.begin(), macs.end()) - macs.begin());
+  l.mesh = mesh_shape(c.world_size, c.train.runtime.replicas);
+  l.memory.optimizer = c.train.runtime.optimizer;
+  l.memory.cost = OptimizerCostConfig(c.train.runtime);
+  l.memory.precision = c.train.runtime.precision;
+  l.memory.replicas = l.mesh.replicas;
+  l.memory.step_mode = c.train.runtime.step_mode;
+  l.usage = plan_usage(make_plan(spec, l.mesh.shard, c.train.planner), l.memory);
+  l.macs = optimizer_macs_per_rank(c, spec, l.usage, l.memory);
+  l.busiest = static_cast<int>(std::max_element(l.macs.begin(), l.macs.end()) - l.macs.begin());
+  return l;
+}
 
-  TrainConfig tc = c.train;
-  apply_placement(c.placement, tc);
-  const StepTrace trace = trace_step(tc, W, busiest);
-  r.traced_rank = busiest;
-  r.traced_collectives = static_cast<int64_t>(trace.collectives.size());
+bool sharded_newton_schulz(const SimConfig& c) {
+  return c.placement == Placement::reconstruct && c.reconstruct_ns == SimConfig::ReconstructNs::sharded;
+}
 
-  // The traced rank's groups, node-major: the world; on a mesh its shard group (replica r:
-  // ranks r·S … r·S + S − 1) and its replicate group (shard rank s: s, S + s, …).
+void price(StageTime& st, CollectiveKind kind, int64_t bytes, const GroupShape& shape, const HardwareProfile& hw,
+           double slowdown = 1.0) {
+  ++st.calls;
+  st.bytes += bytes;
+  st.comm_s += slowdown * collective_seconds(kind, bytes, shape, hw);
+}
+
+// 3. The traced collectives, each over its group's shape. The traced rank's groups, node-major:
+// the world; on a mesh its shard group (replica r: ranks r·S … r·S + S − 1) and its replicate
+// group (shard rank s: s, S + s, …).
+std::array<GroupShape, 3> group_shapes(const MeshShape& mesh, int W, int rank, const HardwareProfile& hw) {
   std::array<GroupShape, 3> shapes;
-  {
-    std::vector<int> world(W), shard(mesh.shard), replicate(mesh.replicas);
-    std::iota(world.begin(), world.end(), 0);
-    const int r = busiest / mesh.shard, s = busiest % mesh.shard;
-    for (int i = 0; i < mesh.shard; ++i) shard[i] = r * mesh.shard + i;
-    for (int i = 0; i < mesh.replicas; ++i) replicate[i] = i * mesh.shard + s;
-    shapes[static_cast<int>(TraceGroup::world)] = group_shape(world, hw);
-    shapes[static_cast<int>(TraceGroup::shard)] = group_shape(shard, hw);
-    shapes[static_cast<int>(TraceGroup::replicate)] = group_shape(replicate, hw);
-  }
-  const GroupShape& world_shape = shapes[static_cast<int>(TraceGroup::world)];
-  const bool sharded_ns = c.placement == Placement::reconstruct && c.reconstruct_ns == SimConfig::ReconstructNs::sharded;
-  TORCH_CHECK(!sharded_ns || mesh.replicas == 1, "simulate: --baseline-ns sharded is priced for a flat world only, not on an HSDP mesh (--replicas ",
-              mesh.replicas, ")");
-  if (sharded_ns) r.placement = "reconstruct/sharded-ns";
-  auto price = [&](Stage stage, CollectiveKind kind, int64_t bytes, const GroupShape& shape, double slowdown = 1.0) {
-    StageTime& st = r.stages[static_cast<int>(stage)];
-    ++st.calls;
-    st.bytes += bytes;
-    st.comm_s += slowdown * collective_seconds(kind, bytes, shape, hw);
-  };
+  std::vector<int> world(W), shard(mesh.shard), replicate(mesh.replicas);
+  std::iota(world.begin(), world.end(), 0);
+  const int r = rank / mesh.shard, s = rank % mesh.shard;
+  for (int i = 0; i < mesh.shard; ++i) shard[i] = r * mesh.shard + i;
+  for (int i = 0; i < mesh.replicas; ++i) replicate[i] = i * mesh.shard + s;
+  shapes[static_cast<int>(TraceGroup::world)] = group_shape(world, hw);
+  shapes[static_cast<int>(TraceGroup::shard)] = group_shape(shard, hw);
+  shapes[static_cast<int>(TraceGroup::replicate)] = group_shape(replicate, hw);
+  return shapes;
+}
+
+void price_collectives(const SimConfig& c, const StepTrace& trace, const std::array<GroupShape, 3>& shapes, SimResult& r) {
+  const HardwareProfile& hw = c.profile;
   // A node whose ranks share its compute slots (a CPU's thread ranks): every group of a mesh runs
   // its collective at the same time as the others, so the node's ranks, not only the group's,
   // contend for the cores. A group's fit was measured with its own ranks alone (each running at
   // slots / n of a core); with all the node's ranks running, each runs at slots / ranks, so the
   // group's collective takes ranks / max(n, slots) times as long.
-  const int node_ranks = std::min(W, hw.ranks_per_node);
+  const int node_ranks = std::min(c.world_size, hw.ranks_per_node);
   std::array<double, 3> contention{};
   for (size_t g = 0; g < shapes.size(); ++g)
     contention[g] = node_ranks <= hw.compute_slots_per_node || shapes[g].ranks >= node_ranks
                         ? 1.0
                         : node_ranks / std::max(static_cast<double>(shapes[g].ranks), hw.compute_slots_per_node);
+  const bool sharded_ns = sharded_newton_schulz(c);
   for (const TracedCollective& t : trace.collectives) {
-    if (sharded_ns && t.stage == Stage::optimizer) continue;  // replaced below
+    if (sharded_ns && t.stage == Stage::optimizer) continue;  // priced by price_sharded_newton_schulz
     const int g = static_cast<int>(t.group);
-    price(t.stage, t.kind, t.bytes, shapes[g], contention[g]);
+    price(r.stages[static_cast<int>(t.stage)], t.kind, t.bytes, shapes[g], hw, contention[g]);
   }
+}
 
-  // Compute: the traced rank's matrix-product FLOPs at the matmul rate of their dtype, plus its
-  // dispatched operators at the profile's per-operator cost. Ranks of a node beyond its compute
-  // slots share them (a CPU: ranks are threads): up to kShareTracedRanks ranks, every rank of the
-  // node is traced and the stage ends when the busiest rank's work does under processor sharing;
-  // beyond, each rank's compute takes ranks / slots times its own.
+// 4. Compute: the traced rank's matrix-product FLOPs at the matmul rate of their dtype, plus its
+// dispatched operators at the profile's per-operator cost. Ranks of a node beyond its compute
+// slots share them (a CPU: ranks are threads): up to kShareTracedRanks ranks, every rank of the
+// node is traced and the stage ends when the busiest rank's work does under processor sharing;
+// beyond, each rank's compute takes ranks / slots times its own. Returns the assumption it made
+// about sharing ("" when the node's ranks do not share).
+std::string price_compute(const SimConfig& c, const TrainConfig& traced_config, const StepTrace& trace, const Layout& l,
+                          SimResult& r) {
+  const HardwareProfile& hw = c.profile;
+  const int W = c.world_size;
   const int ranks_here = std::min(W, hw.ranks_per_node);
   const bool sharing = ranks_here > hw.compute_slots_per_node;
   const double share = sharing ? static_cast<double>(ranks_here) / hw.compute_slots_per_node : 1.0;
@@ -262,14 +268,14 @@ SimResult simulate(const SimConfig& c) {
               : "";
   if (sharing && ranks_here <= kShareTracedRanks) {
     for (int rank = 0; rank < ranks_here; ++rank) {
-      const StepTrace t = rank == busiest ? trace : trace_step(tc, W, rank);
+      const StepTrace t = rank == l.busiest ? trace : trace_step(traced_config, W, rank);
       for (int s = 0; s < kNumStages; ++s) node_work[s].push_back(compute_seconds(t.compute[s], hw, static_cast<Stage>(s)));
     }
     sharing_note = "compute: the node's " + std::to_string(ranks_here) + " ranks traced, sharing its " +
                    slots + " compute slots (processor sharing)";
   }
   const int opt = static_cast<int>(Stage::optimizer);
-  const bool optimizer_without_collectives = r.stages[opt].calls == 0 && !(sharded_ns && W > 1);  // sharded NS: priced below
+  const bool optimizer_without_collectives = r.stages[opt].calls == 0 && !(sharded_newton_schulz(c) && W > 1);
   for (int s = 0; s < kNumStages; ++s) {
     const double own = compute_seconds(trace.compute[s], hw, static_cast<Stage>(s));
     if (node_work[s].empty()) {
@@ -277,8 +283,8 @@ SimResult simulate(const SimConfig& c) {
       // An optimizer stage without collectives lets each rank go on to the next step as soon as
       // its own update is done; the first to leave waits at the next step's first collective for
       // the last (with one rank traced: its work scaled by the least-busy rank's share of it).
-      if (s == opt && optimizer_without_collectives && macs[busiest] > 0)
-        r.optimizer_wait_s = own * share * (1 - *std::min_element(macs.begin(), macs.end()) / macs[busiest]);
+      if (s == opt && optimizer_without_collectives && l.macs[l.busiest] > 0)
+        r.optimizer_wait_s = own * share * (1 - *std::min_element(l.macs.begin(), l.macs.end()) / l.macs[l.busiest]);
     } else {
       const std::vector<double> f = processor_sharing_finishes(node_work[s], hw.compute_slots_per_node);
       const auto [first, last] = std::minmax_element(f.begin(), f.end());
@@ -294,26 +300,37 @@ SimResult simulate(const SimConfig& c) {
     r.stages[1].ops += r.stages[0].ops;
   }
   r.optimizer_flops_busiest_rank = r.stages[2].flops;
-  if (sharded_ns && W > 1) {
-    r.traced_optimizer = false;
-    for (const ParamSpec& p : model.spec().params) {
-      if (!matrix_kind(p.kind) || p.shape.size() != 2) continue;
-      const int64_t m = std::min(p.shape[0], p.shape[1]), n = std::max(p.shape[0], p.shape[1]);
-      price(Stage::optimizer, CollectiveKind::allreduce, 4, world_shape);
-      for (int it = 0; it < c.train.runtime.muon.ns_steps; ++it) {
-        price(Stage::optimizer, CollectiveKind::allgather, m * n * 2, world_shape);
-        price(Stage::optimizer, CollectiveKind::allgather, m * m * 2, world_shape);
-      }
-    }
-    // Each rank its rows of every product: the cost model's multiply-adds over W, in bf16.
-    r.optimizer_flops_busiest_rank = 2 * macs[busiest];
-    r.stages[2].flops = r.optimizer_flops_busiest_rank;
-    r.stages[2].compute_s = r.optimizer_flops_busiest_rank / hw.matmul_bf16_flops * share;
-  }
-  for (const StageTime& st : r.stages) r.step_s += st.seconds();
+  return sharing_note;
+}
 
+// 5. reconstruct's sharded Newton–Schulz, which no placement runs: its optimizer stage from a
+// formula instead of the trace.
+void price_sharded_newton_schulz(const SimConfig& c, const ModelSpec& spec, const Layout& l, const GroupShape& world,
+                                 SimResult& r) {
+  const HardwareProfile& hw = c.profile;
+  r.traced_optimizer = false;
+  StageTime& st = r.stages[static_cast<int>(Stage::optimizer)];
+  for (const ParamSpec& p : spec.params) {
+    if (!matrix_kind(p.kind) || p.shape.size() != 2) continue;
+    const int64_t m = std::min(p.shape[0], p.shape[1]), n = std::max(p.shape[0], p.shape[1]);
+    price(st, CollectiveKind::allreduce, 4, world, hw);
+    for (int it = 0; it < c.train.runtime.muon.ns_steps; ++it) {
+      price(st, CollectiveKind::allgather, m * n * 2, world, hw);
+      price(st, CollectiveKind::allgather, m * m * 2, world, hw);
+    }
+  }
+  // Each rank its rows of every product: the cost model's multiply-adds over W, in bf16.
+  const int ranks_here = std::min(c.world_size, hw.ranks_per_node);
+  const double share = ranks_here > hw.compute_slots_per_node ? static_cast<double>(ranks_here) / hw.compute_slots_per_node : 1.0;
+  r.optimizer_flops_busiest_rank = 2 * l.macs[l.busiest];
+  st.flops = r.optimizer_flops_busiest_rank;
+  st.compute_s = r.optimizer_flops_busiest_rank / hw.matmul_bf16_flops * share;
+}
+
+// 6. Memory per rank: the memory model's resident and transient bytes plus activations.
+void price_memory(const SimConfig& c, const Layout& l, SimResult& r) {
   const std::string mem_name = memory_placement_name(c.placement);
-  for (const PlacementMemory& pm : usage.placements) {
+  for (const PlacementMemory& pm : l.usage.placements) {
     if (pm.placement != mem_name) continue;
     r.resident_bytes = pm.max_resident_bytes;
     r.transient_bytes = pm.max_peak_bytes - pm.max_resident_bytes;
@@ -321,11 +338,15 @@ SimResult simulate(const SimConfig& c) {
   r.activation_bytes = activation_bytes(c.train.model, c.train.batch, c.train.seq, c.train.runtime.precision.param_dtype,
                                         c.activation_checkpointing, c.fused_attention);
   r.peak_bytes = r.resident_bytes + r.transient_bytes + r.activation_bytes;
-  r.fits = r.peak_bytes <= hw.device_memory_bytes;
+  r.fits = r.peak_bytes <= c.profile.device_memory_bytes;
+}
 
-  r.assumptions = {
+// 7. What the numbers assume, in words.
+std::vector<std::string> assumptions(const SimConfig& c, const MeshShape& mesh, const std::string& sharing_note) {
+  const bool sharded_ns = sharded_newton_schulz(c);
+  std::vector<std::string> a = {
       "collectives: the traced step's own, in order, priced one after another (no overlap with compute)",
-      "ranks node-major, " + std::to_string(hw.ranks_per_node) + " per node",
+      "ranks node-major, " + std::to_string(c.profile.ranks_per_node) + " per node",
       "uneven all-to-alls priced at their busiest rank, every rank's splits shaped like rank 0's",
       "compute: the traced rank's matrix-product FLOPs at the profile's matmul rate for their dtype, plus its ATen "
       "operators at the profile's per-operator cost" +
@@ -334,21 +355,60 @@ SimResult simulate(const SimConfig& c) {
       std::string("activations: Korthikanti et al. 2022 (no dropout), ") +
           (c.fused_attention ? "fused attention (no S² scores kept)" : "scores and softmax kept (the model's attention)"),
   };
-  if (!sharing_note.empty()) r.assumptions.push_back(sharing_note);
+  if (!sharing_note.empty()) a.push_back(sharing_note);
   if (mesh.replicas > 1 && c.placement == Placement::ddp)
-    r.assumptions.push_back("ddp on a mesh: the oracle's world all-gathers, summed in the mesh's order");
+    a.push_back("ddp on a mesh: the oracle's world all-gathers, summed in the mesh's order");
   else if (mesh.replicas > 1)
-    r.assumptions.push_back("HSDP: " + std::to_string(mesh.replicas) + " replica groups of " + std::to_string(mesh.shard) +
-                            " ranks (the plan made for " + std::to_string(mesh.shard) + "), step mode " +
-                            to_string(c.train.runtime.step_mode) +
-                            "; shard groups are consecutive ranks (node-major), replicate groups every S-th rank");
+    a.push_back("HSDP: " + std::to_string(mesh.replicas) + " replica groups of " + std::to_string(mesh.shard) +
+                " ranks (the plan made for " + std::to_string(mesh.shard) + "), step mode " +
+                to_string(c.train.runtime.step_mode) +
+                "; shard groups are consecutive ranks (node-major), replicate groups every S-th rank");
   if (c.placement == Placement::reconstruct && !sharded_ns)
-    r.assumptions.push_back("reconstruct: one all-gather per matrix in the step, Newton–Schulz on every rank (reference/reconstruct.h, traced)");
+    a.push_back("reconstruct: one all-gather per matrix in the step, Newton–Schulz on every rank (reference/reconstruct.h, traced)");
   if (sharded_ns)
-    r.assumptions.push_back("reconstruct (sharded NS, priced from a formula, not traced): per matrix an all-reduce of the norm and per "
-                            "iteration all-gathers of X (m·n) and X·Xᵀ (m·m) in bf16; each rank computes 1/W of every product");
+    a.push_back("reconstruct (sharded NS, priced from a formula, not traced): per matrix an all-reduce of the norm and per "
+                "iteration all-gathers of X (m·n) and X·Xᵀ (m·m) in bf16; each rank computes 1/W of every product");
   if (c.placement == Placement::ddp)
-    r.assumptions.push_back("ddp: the oracle's gradient all-gather per parameter (summed in rank order), not an all-reduce");
+    a.push_back("ddp: the oracle's gradient all-gather per parameter (summed in rank order), not an all-reduce");
+  return a;
+}
+
+}  // namespace
+
+SimResult simulate(const SimConfig& c) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const HardwareProfile& hw = c.profile;
+  const int W = c.world_size;
+  TORCH_CHECK(W >= 1, "simulate: world size ", W, " (needs at least 1)");
+  SimResult r;
+  r.placement = to_string(c.placement);
+  r.world_size = W;
+  r.replicas = c.train.runtime.replicas;
+  r.step_mode = r.replicas > 1 && c.placement != Placement::ddp ? to_string(c.train.runtime.step_mode) : "";
+  r.nodes = (W + hw.ranks_per_node - 1) / hw.ranks_per_node;
+  r.profile = hw.name;
+
+  const TransformerModel model(c.train.model);
+  const Layout l = lay_out(c, model.spec());  // 1. the rank to trace
+
+  TrainConfig traced_config = c.train;  // 2. its real step, traced
+  apply_placement(c.placement, traced_config);
+  const StepTrace trace = trace_step(traced_config, W, l.busiest);
+  r.traced_rank = l.busiest;
+  r.traced_collectives = static_cast<int64_t>(trace.collectives.size());
+
+  const bool sharded_ns = sharded_newton_schulz(c);
+  TORCH_CHECK(!sharded_ns || l.mesh.replicas == 1, "simulate: --baseline-ns sharded is priced for a flat world only, not on an HSDP mesh (--replicas ",
+              l.mesh.replicas, ")");
+  if (sharded_ns) r.placement = "reconstruct/sharded-ns";
+  const std::array<GroupShape, 3> shapes = group_shapes(l.mesh, W, l.busiest, hw);
+  price_collectives(c, trace, shapes, r);                                // 3.
+  const std::string sharing_note = price_compute(c, traced_config, trace, l, r);  // 4.
+  if (sharded_ns && W > 1)                                               // 5.
+    price_sharded_newton_schulz(c, model.spec(), l, shapes[static_cast<int>(TraceGroup::world)], r);
+  for (const StageTime& st : r.stages) r.step_s += st.seconds();
+  price_memory(c, l, r);                                                 // 6.
+  r.assumptions = assumptions(c, l.mesh, sharing_note);                  // 7.
   r.trace_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -1,7 +1,7 @@
 // `mfsdp simulate` (docs/simulate.md): one training step of a placement at a world size, priced on
 // a hardware profile.
 //   collectives  the placement's own, in order, from a traced step (sim/trace.h), each priced by
-//                the α-β model (core/sim/collective_model.h) over the world's ranks (node-major)
+//                the α-β model (sim/collective_model.h) over the world's ranks (node-major)
 //   compute      from the same traced step: the matrix-product FLOPs it dispatched, per stage and
 //                dtype, over the profile's matmul rates, plus its ATen operators times the
 //                profile's per-operator cost; the rank traced is the one the cost model
@@ -10,7 +10,7 @@
 // Phases add up: nothing overlaps (the deterministic runtime waits on each collective in turn).
 #pragma once
 
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 #include "core/train/trainer.h"
 #include "sim/trace.h"
 

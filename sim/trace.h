@@ -10,7 +10,7 @@
 #pragma once
 
 #include "core/dist/recording_backend.h"
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 #include "core/train/trainer.h"
 #include "sim/tracing_backend.h"
 

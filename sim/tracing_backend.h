@@ -7,14 +7,14 @@
 // all-gather repeats the input, a SUM all-reduce or reduce multiplies by the group size, a
 // reduce-scatter takes this rank's chunk times the group size. Meta tensors are left alone.
 //
-// Beside each call it keeps the size the collective model prices (core/sim/collective_model.h):
+// Beside each call it keeps the size the collective model prices (sim/collective_model.h):
 // the tensor for broadcast, reduce and all-reduce; the gathered output for all-gather; one rank's
 // input for reduce-scatter; for an all-to-all, the most bytes one rank of the group sends or
 // receives, assuming every rank's splits are shaped like this rank's (true of the runtime's
 // all-to-alls, where each rank sends the same amount to a given destination).
 #pragma once
 
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 

@@ -1,4 +1,4 @@
-#include "core/sim/collective_fit.h"
+#include "sim/collective_fit.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,4 +1,4 @@
-// The α-β time of one collective on a hardware profile (core/sim/hardware.h), shaped like NCCL's
+// The α-β time of one collective on a hardware profile (sim/hardware.h), shaped like NCCL's
 // tuning model for its Ring/Simple algorithm. With n ranks in the group spread over k nodes:
 //   latency    base + (ring steps - inter steps) * intra hop + inter steps * inter hop
 //   bandwidth  the intra-node bus bandwidth, or the inter-node one when the group spans nodes
@@ -13,7 +13,7 @@
 // or, for a group inside one node of a size the fit measured on its own, latency + S·g(n) / busbw.
 #pragma once
 
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 
 #include <cstdint>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "core/sim/hardware.h"
+#include "sim/hardware.h"
 
 #include "core/util/files.h"
 #include "core/util/json_fields.h"

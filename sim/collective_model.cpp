@@ -1,4 +1,4 @@
-#include "core/sim/collective_model.h"
+#include "sim/collective_model.h"
 
 #include <c10/util/Exception.h>
 

@@ -9,8 +9,8 @@
 // coefficient other than the per-byte one is refitted without that column (its coefficient 0).
 #pragma once
 
-#include "core/sim/collective_model.h"
-#include "core/sim/hardware.h"
+#include "sim/collective_model.h"
+#include "sim/hardware.h"
 
 #include <vector>
 
