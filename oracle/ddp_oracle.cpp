@@ -25,9 +25,9 @@ DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const Op
   }
 }
 
-PlacementRunner::Result DdpOracle::step(const at::Tensor& tokens, const at::Tensor& targets,
-                                const std::function<void()>& before_backward) {
-  Result r;
+PlacementRunner::Gradients DdpOracle::forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
+                                                        const std::function<void()>& before_backward) {
+  Gradients r;
   ParamMap local;
   auto t0 = replica_forward_backward(model_, params_, precision_, tokens, targets, before_backward, local, r);
   const int W = comm_.world_size();
@@ -44,7 +44,12 @@ PlacementRunner::Result DdpOracle::step(const at::Tensor& tokens, const at::Tens
     }
   }
   r.backward_s = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
+  return r;
+}
+
+PlacementRunner::Update DdpOracle::update() {
+  Update r;
+  const auto t0 = std::chrono::steady_clock::now();
   {
     PhaseScope phase(comm_, Phase::optimizer_step);
     at::NoGradGuard no_grad;

@@ -28,9 +28,12 @@ class DdpOracle : public PlacementRunner {
   DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init,
             PrecisionPolicy precision = {}, int replicas = 1);
 
-  // One step on this rank's batch. Gradients are averaged over ranks (phase grad_reduce, timed
-  // as backward), then every rank updates every parameter.
-  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override;
+  // Forward and backward of this rank's batch; the gradients averaged over ranks (phase
+  // grad_reduce, timed as backward).
+  Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
+                             const std::function<void()>& before_backward) override;
+  // Every rank updates every parameter.
+  Update update() override;
   ParamMap full_params() override;
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
 

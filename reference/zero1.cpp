@@ -42,12 +42,13 @@ class Zero1Runner final : public PlacementRunner {
     return s.role == Role::expert_range ? s.slices.at(0).rank : s.owner;
   }
 
-  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
+  Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
+                             const std::function<void()>& before_backward) override {
     const int W = comm_.world_size(), me = comm_.rank();
-    Result r;
+    Gradients r;
     ParamMap local;
     auto t0 = replica_forward_backward(model_, params_, precision_, tokens, targets, before_backward, local, r);
-    std::unordered_map<std::string, at::Tensor> owned_grads;
+    owned_grads_.clear();
     {
       // Reduce to owner: one uneven all-to-all per parameter, only the owner receives.
       PhaseScope phase(comm_, Phase::grad_reduce);
@@ -64,11 +65,17 @@ class Zero1Runner final : public PlacementRunner {
         if (me != owner) continue;
         std::vector<at::Tensor> parts;
         for (int rank = 0; rank < W; ++rank) parts.push_back(received.narrow(0, rank * n, n).view(param.sizes()));
-        owned_grads.emplace(p.name, mean_in_rank_order(parts, p.dtype));
+        owned_grads_.emplace(p.name, mean_in_rank_order(parts, p.dtype));
       }
     }
     r.backward_s = seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
+    return r;
+  }
+
+  Update update() override {
+    const int W = comm_.world_size(), me = comm_.rank();
+    Update r;
+    const auto t0 = std::chrono::steady_clock::now();
     {
       // Owners update; everyone receives the updated parameter.
       PhaseScope phase(comm_, Phase::optimizer_step);
@@ -77,7 +84,7 @@ class Zero1Runner final : public PlacementRunner {
       for (const ParamSpec& p : model_.spec().params) {
         at::Tensor data = params_.at(p.name).detach();
         const int owner = owner_of(p.name);
-        if (owner == me) optimizers_.at(p.name)->step(data, owned_grads.at(p.name));
+        if (owner == me) optimizers_.at(p.name)->step(data, owned_grads_.at(p.name));
         if (W > 1) works.push_back(comm_.broadcast(data, owner));
       }
       for (auto& w : works) w->wait();
@@ -103,6 +110,7 @@ class Zero1Runner final : public PlacementRunner {
   PrecisionPolicy precision_;
   ParamMap params_;
   std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;  // owned here only
+  std::unordered_map<std::string, at::Tensor> owned_grads_;  // the mean gradients this rank owns, this step
 };
 
 }  // namespace

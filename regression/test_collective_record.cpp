@@ -124,8 +124,12 @@ INSTANTIATE_TEST_SUITE_P(Ranks, WholeStep, ::testing::Values(3, 5),
 class BypassingRunner : public PlacementRunner {
  public:
   BypassingRunner(std::unique_ptr<PlacementRunner> inner, Communicator& comm) : inner_(std::move(inner)), comm_(comm) {}
-  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
-    Result r = inner_->step(tokens, targets, before_backward);
+  Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
+                             const std::function<void()>& before_backward) override {
+    return inner_->forward_backward(tokens, targets, before_backward);
+  }
+  Update update() override {
+    Update r = inner_->update();
     PhaseScope phase(comm_, Phase::optimizer_step);
     std::vector<at::Tensor> t{at::zeros({4})};
     comm_.backend().allreduce(t)->wait();

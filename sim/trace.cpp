@@ -158,10 +158,11 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
   size_t backward_from = 0;
   {
     ComputeCounter counter(std::vector<const RecordingBackend*>(groups.begin(), groups.end()));
-    runner->step(tokens, targets, [&] {
+    runner->forward_backward(tokens, targets, [&] {
       backward_from = tracer->calls().size();
       counter.backward_begins();
     });
+    runner->update();
     trace.compute = counter.stages();
   }
 

@@ -219,6 +219,11 @@ void OwnerRuntime::queue_final_callback() {
 }
 
 void OwnerRuntime::finish_backward() {
+  finish_reductions();
+  check_finite_gradients();
+}
+
+void OwnerRuntime::finish_reductions() {
   callback_queued_ = false;
   for (at::Tensor& v : lent_views_) v = at::Tensor();  // the graph that held them is done
   for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicas_.shard_group_divides());
@@ -229,6 +234,9 @@ void OwnerRuntime::finish_backward() {
     TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": unit '", unit->name(),
                 "' is ", to_string(unit->state()), " at the end of backward (did the loss depend on it?)");
   }
+}
+
+void OwnerRuntime::check_finite_gradients() {
   // Non-finite gradients: each rank checks what it stores; one all-reduce tells every rank the
   // first offending parameter of every rank, so all ranks fail or skip together.
   int64_t first_bad = 0;
@@ -273,6 +281,12 @@ StepReport OwnerRuntime::step() {
     report.skipped = true;
     return report;
   }
+  step_optimizers();
+  replicas_.broadcast_updates(units_);  // HSDP dedup: the stepping replica's masters to the others
+  return report;
+}
+
+void OwnerRuntime::step_optimizers() {
   std::vector<int> even_matrices;
   for (size_t i = 0; i < plan_.shards().size(); ++i) {
     if (even_matrix_[i]) {
@@ -290,8 +304,6 @@ StepReport OwnerRuntime::step() {
   if (!even_matrices.empty()) {
     even_matrix_step().step(EvenMatrixView(plan_, comm_, options_, units_), even_matrices);
   }
-  replicas_.broadcast_updates(units_);
-  return report;
 }
 
 EvenMatrixStep& OwnerRuntime::even_matrix_step() {

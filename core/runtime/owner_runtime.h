@@ -1,15 +1,23 @@
 // The owner-shaped ZeRO-3 runtime on one rank: units with segment-owner collectives and pinned
 // owner buffers, driven from autograd, and a communication-free optimizer step.
 //
-// One training step:
+// One training step, in the stages of docs/architecture.md ("The step as stages"):
 //   for each unit u in forward order:
 //     ParamMap p = rt.unshard(u);        // owners broadcast their segments; full views returned
 //     x = model.unit_forward(u, x, p);
 //     x = rt.after_forward(u, x);        // pins u (gathered memory released), hooks backward
 //   loss.backward();                     // per unit, reverse order: revive, compute, reduce_to_owner;
-//                                        // the engine's final callback waits for every reduction
-//   rt.step();                           // owners update what they own: 0 collectives, 0 bytes
-//                                        // (HSDP dedup then broadcasts the updates: step())
+//                                        // the engine's final callback runs finish_backward:
+//                                        //   finish_reductions: owners hold the mean gradient
+//                                        //   check_finite_gradients: one flag all-reduce
+//   rt.step();                           // the update:
+//                                        //   step_optimizers: owners update what they own, 0
+//                                        //     collectives, 0 bytes (a baseline's even-matrix
+//                                        //     step gathers)
+//                                        //   ReplicaSync::broadcast_updates (HSDP dedup)
+// Clipping goes between finish_backward and step (it needs every owner's mean gradient and
+// changes them before any optimizer reads them); the schedule sets the step's learning rates
+// before step_optimizers.
 #pragma once
 
 #include "core/dist/communicator.h"
@@ -132,6 +140,10 @@ class OwnerRuntime {
 
  private:
   friend struct OwnerRuntimeAutogradHooks;  // the autograd functions of owner_runtime.cpp
+  // The stages of finish_backward and step (the header's comment).
+  void finish_reductions();
+  void check_finite_gradients();
+  void step_optimizers();
   void reduce_unit(int u, const std::vector<at::Tensor>& full_grads);
   void revive_unit(int u);
   void queue_final_callback();

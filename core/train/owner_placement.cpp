@@ -44,8 +44,9 @@ class OwnerRunner : public PlacementRunner {
     return {mesh_->shard.get(), mesh_->replicate.get()};
   }
 
-  Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) override {
-    Result r;
+  Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
+                             const std::function<void()>& before_backward) override {
+    Gradients r;
     auto t0 = std::chrono::steady_clock::now();
     at::Tensor x = tokens;
     for (int u = 0; u < rt_.num_units(); ++u) {
@@ -57,9 +58,13 @@ class OwnerRunner : public PlacementRunner {
     r.loss = x.is_meta() ? 0.0 : x.item<double>();  // meta: a traced step (sim/trace.h)
     before_backward();
     t0 = std::chrono::steady_clock::now();
-    x.backward();
+    x.backward();  // ends in the runtime's finish_backward: owners hold the mean gradients
     r.backward_s = seconds_since(t0);
-    t0 = std::chrono::steady_clock::now();
+    return r;
+  }
+  Update update() override {
+    Update r;
+    const auto t0 = std::chrono::steady_clock::now();
     const StepReport report = rt_.step();
     r.optimizer_s = seconds_since(t0);
     r.skipped = report.skipped;

@@ -47,18 +47,32 @@ bool runs_on_owner_runtime(Placement placement);
 // What a run resumed from (TrainResult::resumed): the loader's own record (core/io/load_report.h).
 using ResumeInfo = LoadReport;
 
-// One placement's training step on one rank, behind the common loop (train_loop).
+// One placement's training step on one rank, behind the common loop (train_loop), in the stages of
+// the documented step (docs/architecture.md, "The step as stages"):
+//   forward_backward  forward and backward of this rank's batch, and the reduction that leaves
+//                     every gradient reduced where it is stepped (phases unshard, revive,
+//                     grad_reduce)
+//   update            the optimizer step, and whatever brings every copy of the parameters up to
+//                     date (phases optimizer_step, update_broadcast)
+// train_loop calls them in that order once per step. What real runs add goes in as stages of
+// that loop: gradient accumulation calls forward_backward per micro-batch; clipping and the
+// learning-rate schedule run between the two.
 class PlacementRunner {
  public:
-  struct Result {
+  struct Gradients {
     double loss = 0;  // this rank's micro-batch loss
-    double forward_s = 0, backward_s = 0, optimizer_s = 0;
-    bool skipped = false;
-    std::string non_finite_parameter;
+    double forward_s = 0, backward_s = 0;  // backward_s includes the reduction
+  };
+  struct Update {
+    double optimizer_s = 0;
+    bool skipped = false;              // a non-finite gradient under the skip policy: nothing updated
+    std::string non_finite_parameter;  // set when a non-finite gradient was found
   };
   virtual ~PlacementRunner() = default;
-  // One step on this rank's batch; `before_backward` runs between forward and backward.
-  virtual Result step(const at::Tensor& tokens, const at::Tensor& targets, const std::function<void()>& before_backward) = 0;
+  // `before_backward` runs between forward and backward.
+  virtual Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
+                                     const std::function<void()>& before_backward) = 0;
+  virtual Update update() = 0;
   // Every parameter in full, as CPU copies (may communicate, in phase `other`).
   virtual ParamMap full_params() = 0;
   virtual int64_t resident_bytes() const = 0;

@@ -9,7 +9,7 @@ std::chrono::steady_clock::time_point replica_forward_backward(const Transformer
                                                                const PrecisionPolicy& precision,
                                                                const at::Tensor& tokens, const at::Tensor& targets,
                                                                const std::function<void()>& before_backward,
-                                                               ParamMap& grads, PlacementRunner::Result& r) {
+                                                               ParamMap& grads, PlacementRunner::Gradients& r) {
   const auto t0 = std::chrono::steady_clock::now();
   ParamMap compute;
   for (auto& [name, p] : params) {

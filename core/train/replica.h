@@ -20,7 +20,7 @@ std::chrono::steady_clock::time_point replica_forward_backward(const Transformer
                                                                const PrecisionPolicy& precision,
                                                                const at::Tensor& tokens, const at::Tensor& targets,
                                                                const std::function<void()>& before_backward,
-                                                               ParamMap& grads, PlacementRunner::Result& r);
+                                                               ParamMap& grads, PlacementRunner::Gradients& r);
 // CPU copies of every tensor of `params` (detached).
 ParamMap cpu_copies(const ParamMap& params);
 

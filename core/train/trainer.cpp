@@ -137,6 +137,20 @@ void claim_checkpoint_dir(TrainConfig& run, const std::string& resumed) {
   }
 }
 
+// The step's traffic per phase: the world's communicator and (HSDP) the runner's groups, all in one.
+void count_step_traffic(Communicator& world, const std::vector<Communicator*>& groups, StepMetrics& m) {
+  for (int p = 0; p < kNumPhases; ++p) {
+    m.bytes[p] = world.counters(static_cast<Phase>(p));
+    m.backend[p] = world.backend().counters(static_cast<Phase>(p));
+    for (Communicator* c : groups) {
+      const PhaseCounters& k = c->counters(static_cast<Phase>(p));
+      m.bytes[p].calls += k.calls, m.bytes[p].bytes_sent += k.bytes_sent, m.bytes[p].bytes_recv += k.bytes_recv;
+      const BackendCounters& b = c->backend().counters(static_cast<Phase>(p));
+      m.backend[p].calls += b.calls, m.backend[p].bytes += b.bytes;
+    }
+  }
+}
+
 }  // namespace
 
 void set_optimizer(TrainConfig& config, OptimizerKind kind) {
@@ -211,13 +225,16 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
         kill(getpid(), SIGKILL);  // a rank lost mid-step, for the fault tests
       }
     };
-    const PlacementRunner::Result r = stepper->step(tokens, targets, before_backward);
-    m.local_loss = r.loss;
-    m.forward_s = r.forward_s;
-    m.backward_s = r.backward_s;
-    m.optimizer_s = r.optimizer_s;
-    m.skipped = r.skipped;
-    m.non_finite_parameter = r.non_finite_parameter;
+    // The step's stages, in order (docs/architecture.md, "The step as stages"): gradients of the
+    // batch reduced to where they are stepped, then the update.
+    const PlacementRunner::Gradients g = stepper->forward_backward(tokens, targets, before_backward);
+    m.local_loss = g.loss;
+    m.forward_s = g.forward_s;
+    m.backward_s = g.backward_s;
+    const PlacementRunner::Update u = stepper->update();
+    m.optimizer_s = u.optimizer_s;
+    m.skipped = u.skipped;
+    m.non_finite_parameter = u.non_finite_parameter;
     if (!config.checkpoint_dir.empty() && config.checkpoint_every > 0 &&
         (m.step % config.checkpoint_every == 0 || m.step == config.steps)) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -226,16 +243,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
       m.checkpoint_s = seconds_since(t0);
       m.checkpoint = result.checkpoints.back();
     }
-    for (int p = 0; p < kNumPhases; ++p) {
-      m.bytes[p] = comm.counters(static_cast<Phase>(p));
-      m.backend[p] = comm.backend().counters(static_cast<Phase>(p));
-      for (Communicator* c : stepper->communicators()) {  // HSDP's groups: one step's traffic in all
-        const PhaseCounters& k = c->counters(static_cast<Phase>(p));
-        m.bytes[p].calls += k.calls, m.bytes[p].bytes_sent += k.bytes_sent, m.bytes[p].bytes_recv += k.bytes_recv;
-        const BackendCounters& b = c->backend().counters(static_cast<Phase>(p));
-        m.backend[p].calls += b.calls, m.backend[p].bytes += b.bytes;
-      }
-    }
+    count_step_traffic(comm, stepper->communicators(), m);
     m.loss = mean_over_ranks(comm, {m.local_loss})[0];  // after the snapshot: not part of the step's traffic
     m.resident_bytes = stepper->resident_bytes();
     m.peak_gathered_bytes = stepper->peak_gathered_bytes();
