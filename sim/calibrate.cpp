@@ -33,14 +33,6 @@
 namespace mfsdp {
 namespace {
 
-// A printf-formatted line, for `say`.
-std::string format(const char* fmt, auto... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  std::string out(static_cast<size_t>(n), '\0');
-  std::snprintf(out.data(), out.size() + 1, fmt, args...);
-  return out;
-}
-
 // Calls timed together between two barriers, so that the barriers' own cost is spread thin (a
 // step's collectives follow one another too).
 constexpr int kBackToBack = 4;

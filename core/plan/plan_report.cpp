@@ -1,6 +1,7 @@
 #include "core/plan/plan_report.h"
 
 #include "core/plan/precision.h"
+#include "core/util/units.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -22,13 +23,6 @@ Counts counts_of(const OwnershipPlan& plan) {
     c.expert_ranges += static_cast<int>(s.slices.size());
   }
   return c;
-}
-
-std::string format(const char* fmt, auto... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  std::string out(static_cast<size_t>(n), '\0');
-  std::snprintf(out.data(), out.size() + 1, fmt, args...);
-  return out;
 }
 
 // One unit for a whole table, the largest in which its largest value is at least 1 (KiB for the

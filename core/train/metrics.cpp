@@ -12,13 +12,6 @@ namespace {
 
 const PhaseCounters& of(const StepMetrics& m, Phase p) { return m.bytes[phase_index(p)]; }
 
-std::string format(const char* fmt, auto... args) {
-  const int n = std::snprintf(nullptr, 0, fmt, args...);
-  std::string out(static_cast<size_t>(n), '\0');
-  std::snprintf(out.data(), out.size() + 1, fmt, args...);
-  return out;
-}
-
 }  // namespace
 
 std::string describe_run(const TrainConfig& c, int world_size, const std::string& device, const std::string& backend) {
