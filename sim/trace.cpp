@@ -40,7 +40,11 @@ at::Tensor embedding_dense_backward_meta(const at::Tensor& grad, const at::Tenso
   return at::empty({num_weights.expect_int(), grad.size(-1)}, grad.options());
 }
 
+// SOAP's eigenbasis (eigenvalues ascending, flipped to descending).
+at::Tensor flip_meta(const at::Tensor& self, at::IntArrayRef) { return at::empty(self.sizes(), self.options()); }
+
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("flip", flip_meta);
   m.impl("index_select", index_select_meta);
   m.impl("embedding_dense_backward", embedding_dense_backward_meta);
 }

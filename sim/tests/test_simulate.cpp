@@ -206,6 +206,20 @@ TEST(Simulate, TheOwnerOptimizerStageHasNoCollective) {
   EXPECT_GT(r.stages[static_cast<int>(Stage::backward)].calls, 0);
 }
 
+// Every matrix optimizer's owner step is traced to its end on meta tensors (a missing meta kernel
+// stops a trace: SOAP's eigenbasis flip once did), and it is local there too.
+TEST(Simulate, TracesEveryMatrixOptimizersOwnerStep) {
+  for (OptimizerKind kind : {OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::shampoo, OptimizerKind::soap}) {
+    SCOPED_TRACE(to_string(kind));
+    SimConfig s = cluster("tiny", Placement::owner, 3, "cpu-local");
+    set_optimizer(s.train, kind);
+    s.train.seq = 32;
+    const SimResult r = simulate(s);
+    EXPECT_GT(r.stages[static_cast<int>(Stage::optimizer)].ops, 0);
+    EXPECT_EQ(r.stages[static_cast<int>(Stage::optimizer)].calls, 0);
+  }
+}
+
 // The traced compute against the formulas it must equal: the forward's matrix products are
 // 2·N·tokens + attention, the backward's exactly twice that, and the owner's optimizer step on a
 // rank is the cost model's Newton–Schulz multiply-adds (times 2) of the matrices it owns.
