@@ -165,6 +165,41 @@ INSTANTIATE_TEST_SUITE_P(Meshes, Hsdp, ::testing::ValuesIn(mesh_cases()), [](con
          to_string(info.param.optimizer) + "_" + to_string(info.param.mode);
 });
 
+// Ranks started with different HSDP settings fail together before any group forms, each naming
+// the rank that differs and both settings; a rank without HSDP among ranks with it too (it once
+// skipped the check and went on to a plan for another world size).
+TEST(HsdpSettings, RanksThatDisagreeOnTheMeshFailTogetherNamingTheRank) {
+  struct Case {
+    int replicas_of_rank_3;
+    StepMode mode_of_rank_3;
+    std::string rank_3_has;
+  };
+  for (const Case& k : {Case{1, StepMode::replicated, "rank 3 has 'no HSDP (replicas 1)'"},
+                        Case{2, StepMode::dedup, "rank 3 has 'replicas 2, step mode dedup'"}}) {
+    std::mutex m;
+    std::vector<std::string> errors(4);
+    RanksOptions ranks;
+    ranks.world_size = 4;
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+      TrainConfig c = base_config(OptimizerKind::muon, 2, StepMode::replicated);
+      c.steps = 1;
+      if (ctx.rank == 3) c.runtime.replicas = k.replicas_of_rank_3, c.runtime.step_mode = k.mode_of_rank_3;
+      try {
+        train_placement(ctx, c);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(m);
+        errors[ctx.rank] = e.what();
+      }
+    });
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_NE(errors[r].find("the HSDP mesh differs across ranks: rank 0 has 'replicas 2, step mode replicated'"),
+                std::string::npos)
+          << "rank " << r << ": " << errors[r];
+      EXPECT_NE(errors[r].find(k.rank_3_has), std::string::npos) << "rank " << r << ": " << errors[r];
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mfsdp
 

@@ -16,17 +16,19 @@
 namespace mfsdp {
 namespace {
 
-// HSDP: every rank must agree on the mesh and the step mode before forming sub-groups (a rank
-// with another --replicas would otherwise wait for groups that never form).
+// HSDP: every rank must agree on the mesh and the step mode before forming sub-groups, also when
+// this rank has none (a rank with another --replicas would otherwise wait for groups that never
+// form, or form a plan for another world size).
 std::optional<Mesh> checked_mesh(RankContext* ctx, Communicator& world, const TrainConfig& config) {
   const int R = config.runtime.replicas;
-  if (R <= 1) return std::nullopt;
-  TORCH_CHECK(ctx, "train: rank ", world.rank(), ": --replicas ", R, " needs the rank context to form the mesh");
   {
     PhaseScope phase(world, Phase::other);
     check_same_settings(world, "train: the HSDP mesh",
-                        "replicas " + std::to_string(R) + ", step mode " + to_string(config.runtime.step_mode));
+                        R <= 1 ? std::string("no HSDP (replicas 1)")
+                               : "replicas " + std::to_string(R) + ", step mode " + to_string(config.runtime.step_mode));
   }
+  if (R <= 1) return std::nullopt;
+  TORCH_CHECK(ctx, "train: rank ", world.rank(), ": --replicas ", R, " needs the rank context to form the mesh");
   return make_mesh(*ctx, R);
 }
 
