@@ -26,8 +26,9 @@ BackendKind backend_kind_from_string(const std::string& name);  // throws on unk
 bool nccl_available();
 
 // The backend of `rank` of `world_size` over `store`: Gloo bound to 127.0.0.1, or NCCL on the
-// current CUDA device (a clear error where NCCL is missing). Blocks until all ranks have joined or
-// `timeout` passes; the timeout also bounds every collective issued on it. What it returns is a
+// current CUDA device (a clear error where NCCL is missing). Returns only once every rank of the
+// group has constructed its backend (so no rank tears the group down while a slower one is still
+// connecting), or fails after `timeout` naming which ranks started joining and which joined; the timeout also bounds every collective issued on it. What it returns is a
 // RecordingBackend (recording_backend.h) around the real one, which is reachable from nowhere
 // else: every collective of the project is recorded with its phase.
 c10::intrusive_ptr<c10d::Backend> make_backend(BackendKind kind,
