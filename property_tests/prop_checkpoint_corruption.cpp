@@ -4,6 +4,10 @@
 // size and plan, a resharded resume (another W, planner and tail policy), the DDP oracle's
 // consolidation, export and inspect — with an error naming the damaged file, on every rank, and
 // nothing written. The pristine copy passes every path (so a refusal is the corruption's doing).
+// The same over an HSDP checkpoint (2 replica groups x 2, dedup: four rank files, each tensor in
+// one of them), whose read paths are a resume on the same mesh, resharded resumes onto another mesh
+// (1 x 3, 2 x 1), the consolidation, export and inspect: every file is verified by every load,
+// whichever mesh rank reads it.
 // Replay a failure with RC_PARAMS="seed=<printed seed>".
 #include <gtest/gtest.h>
 #include <rapidcheck/gtest.h>
@@ -18,6 +22,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -28,8 +33,11 @@
 namespace mfsdp {
 namespace {
 
-constexpr int kWrittenW = 3;
 constexpr int kSteps = 2;
+
+// The checkpoint that gets corrupted: flat (W = 3) or HSDP (2 x 2, dedup).
+enum class Source { flat, hsdp };
+int written_world(Source s) { return s == Source::flat ? 3 : 4; }
 
 TrainConfig base_config() {
   return tiny_config({.steps = kSteps, .batch = 1, .seed = 9});
@@ -41,38 +49,46 @@ void spit(const std::string& path, const std::string& bytes) {
   TORCH_CHECK(out.good(), "cannot write ", path);
 }
 
-// A W = 3 Muon checkpoint directory with steps 1 and 2 (`latest` names step 2), written once and
-// removed when the test program ends.
-const std::string& pristine() {
-  static const TempDir made("corrupt_pristine");
-  static const bool written = [] {
+// A Muon checkpoint directory with steps 1 and 2 (`latest` names step 2), written once per source
+// and removed when the test program ends.
+const std::string& pristine(Source source) {
+  static const TempDir flat("corrupt_pristine"), hsdp("corrupt_pristine_hsdp");
+  const TempDir& made = source == Source::flat ? flat : hsdp;
+  static bool written[2] = {false, false};
+  if (!written[static_cast<int>(source)]) {
     TrainConfig c = base_config();
     c.checkpoint_dir = made.path();
     c.checkpoint_every = 1;
+    if (source == Source::hsdp) c.runtime.replicas = 2, c.runtime.step_mode = StepMode::dedup;
     RanksOptions ranks;
-    ranks.world_size = kWrittenW;
+    ranks.world_size = written_world(source);
     run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
-    return true;
-  }();
-  (void)written;
+    written[static_cast<int>(source)] = true;
+  }
   return made.path();
 }
 
-const std::vector<std::string>& step_files() {
-  static const std::vector<std::string> files{"rank_00000.safetensors", "rank_00001.safetensors", "rank_00002.safetensors",
-                                              "layout.json"};
+// The files of one step: a rank file per written rank, then layout.json.
+std::vector<std::string> step_files(Source source) {
+  std::vector<std::string> files;
+  for (int r = 0; r < written_world(source); ++r) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "rank_%05d.safetensors", r);
+    files.push_back(name);
+  }
+  files.push_back("layout.json");
   return files;
 }
 
 // A fresh copy of the pristine checkpoint directory, removed when it goes out of scope (also when a
 // check throws: RC_FAIL, RC_PRE).
-std::unique_ptr<TempDir> copy_pristine() {
+std::unique_ptr<TempDir> copy_pristine(Source source) {
   auto copy = std::make_unique<TempDir>("corrupt_case");
   const std::string& d = copy->path();
-  spit(d + "/latest", read_file(pristine() + "/latest", "test"));
+  spit(d + "/latest", read_file(pristine(source) + "/latest", "test"));
   for (const char* step : {"/step_00000001", "/step_00000002"}) {
     make_dirs(d + step);
-    for (const std::string& f : step_files()) spit(d + step + "/" + f, read_file(pristine() + step + "/" + f, "test"));
+    for (const std::string& f : step_files(source)) spit(d + step + "/" + f, read_file(pristine(source) + step + "/" + f, "test"));
   }
   return copy;
 }
@@ -85,8 +101,10 @@ struct ReadPath {
 };
 
 std::vector<std::string> resume(const std::string& root, int world_size, Placement placement, PlannerKind planner,
-                                TailPolicy tail) {
+                                TailPolicy tail, int replicas = 1, StepMode mode = StepMode::replicated) {
   TrainConfig c = base_config();
+  c.runtime.replicas = replicas;
+  c.runtime.step_mode = mode;
   c.resume_from = root;  // through `latest`, as `mfsdp train --resume` does
   c.planner.planner = planner;
   c.planner.tail_policy = tail;
@@ -108,13 +126,30 @@ std::vector<std::string> errors_of(const std::function<void()>& f) {
   return e.empty() ? std::vector<std::string>{} : std::vector<std::string>{e};
 }
 
-const std::vector<ReadPath>& read_paths() {
-  static const std::vector<ReadPath> paths{
+std::vector<ReadPath> read_paths(Source source) {
+  std::vector<ReadPath> paths;
+  if (source == Source::flat) {
+    paths = {
       {"resume at the same W and plan",
-       [](const std::string& root) { return resume(root, kWrittenW, Placement::owner, PlannerKind::balanced, TailPolicy::even); },
-       kWrittenW},
+       [](const std::string& root) { return resume(root, 3, Placement::owner, PlannerKind::balanced, TailPolicy::even); }, 3},
       {"resharded resume (W = 2, round_robin, owner tail)",
        [](const std::string& root) { return resume(root, 2, Placement::owner, PlannerKind::round_robin, TailPolicy::owner); }, 2},
+    };
+  } else {
+    paths = {
+      {"resume on the same mesh (2 x 2, dedup)",
+       [](const std::string& root) {
+         return resume(root, 4, Placement::owner, PlannerKind::balanced, TailPolicy::even, 2, StepMode::dedup);
+       }, 4},
+      {"resharded resume onto a flat world (1 x 3, round_robin, owner tail)",
+       [](const std::string& root) { return resume(root, 3, Placement::owner, PlannerKind::round_robin, TailPolicy::owner); }, 3},
+      {"resharded resume onto another mesh (2 x 1, replicated)",
+       [](const std::string& root) {
+         return resume(root, 2, Placement::owner, PlannerKind::balanced, TailPolicy::even, 2, StepMode::replicated);
+       }, 2},
+    };
+  }
+  std::vector<ReadPath> shared{
       {"oracle consolidation (W = 2)",
        [](const std::string& root) { return resume(root, 2, Placement::ddp, PlannerKind::balanced, TailPolicy::even); }, 2},
       {"export",
@@ -133,21 +168,24 @@ const std::vector<ReadPath>& read_paths() {
          return e;
        }},
   };
+  paths.insert(paths.end(), shared.begin(), shared.end());
   return paths;
 }
 
 TEST(CheckpointCorruption, ThePristineCopyPassesEveryReadPath) {
-  const std::unique_ptr<TempDir> copy = copy_pristine();
-  const std::string& root = copy->path();
-  for (const ReadPath& p : read_paths()) {
-    const std::vector<std::string> errors = p.run(root);
-    EXPECT_TRUE(errors.empty()) << p.name << ": " << errors.front();
+  for (Source source : {Source::flat, Source::hsdp}) {
+    const std::unique_ptr<TempDir> copy = copy_pristine(source);
+    const std::string& root = copy->path();
+    for (const ReadPath& p : read_paths(source)) {
+      const std::vector<std::string> errors = p.run(root);
+      EXPECT_TRUE(errors.empty()) << p.name << ": " << errors.front();
+    }
   }
 }
 
 // A `latest` that names another step that exists (one changed digit): its layout CRC-32 refuses it.
 TEST(CheckpointCorruption, LatestNamingAnotherExistingStepIsRefused) {
-  const std::unique_ptr<TempDir> copy = copy_pristine();
+  const std::unique_ptr<TempDir> copy = copy_pristine(Source::flat);
   const std::string& root = copy->path();
   std::string latest = read_file(root + "/latest", "test");
   ASSERT_EQ(latest.substr(0, 13), "step_00000002");
@@ -169,18 +207,20 @@ void showValue(Region r, std::ostream& os) {
   os << names[static_cast<int>(r)];
 }
 
-RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) {
+void any_flipped_byte_is_refused(Source source) {
   // Which file: a rank file of the step `latest` names, its layout.json, or `latest` itself.
-  const int which = *rc::gen::inRange(0, 5);
-  const std::string file = which < 4 ? "step_00000002/" + step_files()[which] : "latest";
-  const std::unique_ptr<TempDir> copy = copy_pristine();
+  const std::vector<std::string> files = step_files(source);
+  const int n_ranks = static_cast<int>(files.size()) - 1;
+  const int which = *rc::gen::inRange(0, n_ranks + 2);
+  const std::string file = which <= n_ranks ? "step_00000002/" + files[which] : "latest";
+  const std::unique_ptr<TempDir> copy = copy_pristine(source);
   const std::string& root = copy->path();
   const std::string path = root + "/" + file;
   std::string bytes = read_file(path, "test");
   int64_t lo = 0, hi = static_cast<int64_t>(bytes.size());
-  if (which < 3) {
+  if (which < n_ranks) {
     const CheckpointLayout L = read_layout(root + "/step_00000002");
-    const int64_t chunk = L.manifest_of(step_files()[which]).chunk_bytes;
+    const int64_t chunk = L.manifest_of(files[which]).chunk_bytes;
     const int64_t chunks = (hi + chunk - 1) / chunk;
     RC_PRE(chunks >= 3);
     const Region region = *rc::gen::element(Region::safetensors_header, Region::first_chunk, Region::middle_chunk,
@@ -196,7 +236,7 @@ RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) 
       case Region::anywhere: break;
     }
   } else {
-    RC_TAG(which == 3 ? "layout.json" : "latest");
+    RC_TAG(which == n_ranks ? "layout.json" : "latest");
   }
   const int flips = *rc::gen::inRange(1, 4);
   for (int i = 0; i < flips; ++i) {
@@ -205,7 +245,7 @@ RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) 
   }
   spit(path, bytes);
   const std::string base = file.substr(file.find('/') + 1);
-  for (const ReadPath& p : read_paths()) {
+  for (const ReadPath& p : read_paths(source)) {
     const std::vector<std::string> errors = p.run(root);
     if (errors.empty()) RC_FAIL(p.name + " loaded a checkpoint whose '" + file + "' was corrupted");
     if (static_cast<int>(errors.size()) < p.ranks)
@@ -214,6 +254,12 @@ RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) 
     for (const std::string& e : errors)
       if (e.find(base) == std::string::npos) RC_FAIL(p.name + ": the error does not name '" + base + "': " + e);
   }
+}
+
+RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteIsRefusedByEveryReadPath, ()) { any_flipped_byte_is_refused(Source::flat); }
+
+RC_GTEST_PROP(CheckpointCorruption, AnyFlippedByteOfAnHsdpCheckpointIsRefusedByEveryReadPathOnEveryMesh, ()) {
+  any_flipped_byte_is_refused(Source::hsdp);
 }
 
 }  // namespace

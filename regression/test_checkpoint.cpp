@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -324,6 +325,7 @@ TEST_P(HsdpRoundTrip, EveryTensorOnceWhereTheStepModeKeepsItAndLoadThenSaveRepro
   ranks.world_size = 6;
   std::mutex mutex;
   std::vector<std::string> failures;
+  int64_t verified = 0, total = 0;  // over the mesh: every byte of the checkpoint verified once
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     train_placement(ctx, c);
     TransformerModel model(c.model);
@@ -334,6 +336,8 @@ TEST_P(HsdpRoundTrip, EveryTensorOnceWhereTheStepModeKeepsItAndLoadThenSaveRepro
     const LoadReport report = load_checkpoint(root + "/a/step_00000004", rt, &world);
     {
       std::lock_guard<std::mutex> lock(mutex);
+      verified += report.bytes_verified;
+      total = report.bytes_total;
       if (!report.same_layout || report.step != 4 || report.written_world_size != 6)
         failures.push_back("rank " + std::to_string(ctx.rank) + ": same_layout " + std::to_string(report.same_layout) +
                            ", step " + std::to_string(report.step) + ", written world size " +
@@ -342,6 +346,8 @@ TEST_P(HsdpRoundTrip, EveryTensorOnceWhereTheStepModeKeepsItAndLoadThenSaveRepro
     save_checkpoint(root + "/b", rt, context_of(root + "/a/step_00000004", ctx.rank), &world);
   });
   for (const std::string& f : failures) ADD_FAILURE() << f;
+  EXPECT_EQ(verified, total) << "the mesh's ranks verified " << verified << " of the checkpoint's " << total
+                             << " bytes (each file once, by mesh rank)";
 
   const CheckpointLayout L = read_layout(root + "/a/step_00000004");
   EXPECT_EQ(L.mesh.replicas, 2);
@@ -403,6 +409,7 @@ TEST_P(HsdpReshard, ThroughMeshesTwoByFourOneByThreeFourByTwoOneByEightEachLegBi
     c.record_params = true;
     std::mutex mutex;
     std::vector<std::string> failures;
+    int64_t verified = 0, total = 0;  // by the leg's whole mesh: the checkpoint it resumed from, once
     RanksOptions r;
     r.world_size = leg.replicas * leg.shard;
     run_ranks_as_threads(r, [&](RankContext& ctx) {
@@ -416,6 +423,8 @@ TEST_P(HsdpReshard, ThroughMeshesTwoByFourOneByThreeFourByTwoOneByEightEachLegBi
       const ResumeInfo info = result.resumed;
       const Comparison cmp = compare(control, to_trajectory(std::move(result)));
       std::lock_guard<std::mutex> lock(mutex);
+      verified += info.bytes_verified;
+      total = info.bytes_total;
       if (!from.empty() && (info.step != from_step || info.written_world_size != from_world))
         failures.push_back("resumed from step " + std::to_string(info.step) + " of W=" + std::to_string(info.written_world_size));
       if (control.params.size() != static_cast<size_t>(leg.to - from_step))
@@ -424,6 +433,8 @@ TEST_P(HsdpReshard, ThroughMeshesTwoByFourOneByThreeFourByTwoOneByEightEachLegBi
         failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " + std::to_string(cmp.first_bad_step) +
                            " in " + cmp.first_bad + " (" + cmp.detail + ")");
     });
+    if (!from.empty() && verified != total)
+      failures.push_back("the mesh verified " + std::to_string(verified) + " of the checkpoint's " + std::to_string(total) + " bytes");
     for (const std::string& f : failures) ADD_FAILURE() << hsdp_name({GetParam(), 0}) << ", mesh " << name << ": " << f;
     if (!failures.empty()) return;
     std::printf("%s, mesh %s: steps %d..%d bit-identical to the oracle resumed from the same state\n",
@@ -715,6 +726,53 @@ TEST(CheckpointPaths, LatestThatNamesNothingIsAnError) {
   EXPECT_THROW(resolve_checkpoint(root + "/nothing"), c10::Error);
 }
 
+
+}  // namespace
+}  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// The precision policy a checkpoint records is the run's own, field by field (a bf16 run recorded
+// as fp32 would resume, reshard and export under the wrong policy without any other test seeing
+// it), flat and on an HSDP mesh.
+TEST(CheckpointPolicy, TheRecordedPrecisionIsTheRunsPolicy) {
+  struct Case {
+    const char* name;
+    c10::ScalarType param, reduce;
+    std::optional<c10::ScalarType> output;
+    int replicas;
+    const char* want_param;
+    const char* want_reduce;
+    const char* want_output;  // nullptr: not recorded
+  };
+  const Case cases[] = {
+      {"fp32", c10::kFloat, c10::kFloat, std::nullopt, 1, "fp32", "fp32", nullptr},
+      {"bf16 compute", c10::kBFloat16, c10::kFloat, std::nullopt, 1, "bf16", "fp32", nullptr},
+      {"bf16 compute and reduce, fp32 outputs", c10::kBFloat16, c10::kBFloat16, c10::kFloat, 1, "bf16", "bf16", "fp32"},
+      {"bf16 compute and reduce on a 2 x 2 mesh", c10::kBFloat16, c10::kBFloat16, std::nullopt, 2, "bf16", "bf16", nullptr},
+  };
+  for (const Case& k : cases) {
+    const std::string root = temp_dir("policy");
+    TrainConfig c = base_config(OptimizerKind::muon);
+    c.steps = 1;
+    c.checkpoint_dir = root;
+    c.checkpoint_every = 1;
+    c.runtime.precision.param_dtype = k.param;
+    c.runtime.precision.reduce_dtype = k.reduce;
+    c.runtime.precision.output_dtype = k.output;
+    c.runtime.replicas = k.replicas;
+    RanksOptions ranks;
+    ranks.world_size = 2 * k.replicas;
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) { train_placement(ctx, c); });
+    const CheckpointLayout layout = read_layout(root + "/step_00000001");
+    EXPECT_EQ(layout.precision.value("master_dtype", std::string("?")), "fp32") << k.name;
+    EXPECT_EQ(layout.precision.value("param_dtype", std::string("?")), k.want_param) << k.name;
+    EXPECT_EQ(layout.precision.value("reduce_dtype", std::string("?")), k.want_reduce) << k.name;
+    if (k.want_output) EXPECT_EQ(layout.precision.value("output_dtype", std::string("?")), k.want_output) << k.name;
+    else EXPECT_FALSE(layout.precision.contains("output_dtype")) << k.name;
+  }
+}
 
 }  // namespace
 }  // namespace mfsdp

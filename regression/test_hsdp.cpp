@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <mutex>
 
 namespace mfsdp {
@@ -238,6 +240,75 @@ TEST(HsdpDedup, ARankHoldingOnlyPaddingBitMatchesTheOracle) {
         }
       });
       for (const std::string& f : failures) ADD_FAILURE() << to_string(optimizer) << ", hidden " << hidden << ": " << f;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mfsdp
+
+namespace mfsdp {
+namespace {
+
+// HSDP fast mode (native sums, any order) checked where it can be exact in scale: the gradients
+// it hands the optimizer, before any step, against the deterministic reduction's, within the
+// rounding of a sum of W float32 contributions. A tolerance on a trajectory cannot see a wrong
+// scale (Muon normalises it away); this can: a mean taken over S instead of W is R times off.
+// Every optimizer (each has its own plan costs, so its own owners) and both step modes.
+TEST(HsdpFastMode, GradientsEqualTheDeterministicOnesWithinTheReductionsRounding) {
+  for (auto [R, S] : {std::pair{2, 2}, {2, 3}}) {
+    for (OptimizerKind optimizer : {OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::shampoo, OptimizerKind::soap}) {
+      for (StepMode mode : {StepMode::replicated, StepMode::dedup}) {
+        const TrainConfig base = base_config(optimizer, R, mode);
+        std::mutex mutex;
+        std::vector<std::string> failures;
+        int compared = 0;
+        RanksOptions ranks;
+        ranks.world_size = R * S;
+        run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+          const TransformerModel model(base.model);
+          Mesh mesh = make_mesh(ctx, R);
+          const OwnershipPlan plan = make_plan(model.spec(), S, base.planner);
+          const ByteCorpus corpus = ByteCorpus::load();
+          auto [tokens, targets] = corpus.batch(base.seed, 0, ctx.rank, base.batch, base.seq);
+          std::map<std::string, at::Tensor> grads[2];
+          std::vector<int> steppers[2];
+          int replica = -1;
+          for (int fast = 0; fast < 2; ++fast) {
+            RuntimeOptions opts = base.runtime;
+            opts.reduce = fast ? ReduceMode::fast : ReduceMode::deterministic;
+            OwnerRuntime rt(plan, *mesh.shard, opts, model.init(base.seed), mesh.replicate.get());
+            at::Tensor x = tokens;
+            for (int u = 0; u < rt.num_units(); ++u) x = rt.after_forward(u, model.unit_forward(u, x, rt.unshard(u), targets));
+            x.backward();  // the engine's final callback runs finish_backward: the reduced gradients
+            for (const MatrixShard& s : plan.shards()) {
+              at::Tensor g = rt.local_grad(s.name);
+              if (g.defined() && g.numel() > 0) grads[fast][s.name] = g.clone();
+            }
+            steppers[fast] = rt.step_replicas();
+            replica = rt.replica();
+          }
+          for (size_t i = 0; i < plan.shards().size(); ++i) {
+            const std::string& name = plan.shards()[i].name;
+            // Under dedup only the stepping replica holds the whole mean.
+            if (mode == StepMode::dedup && (steppers[0].at(i) != replica || steppers[1].at(i) != replica)) continue;
+            if (!grads[0].count(name)) continue;
+            const at::Tensor det = grads[0].at(name), fast = grads[1].at(name);
+            const double scale = det.abs().max().item<double>();
+            const double diff = (fast - det).abs().max().item<double>();
+            const double bound = 8.0 * R * S * std::ldexp(1.0, -24) * std::max(scale, 1e-30) * 4;
+            std::lock_guard<std::mutex> lock(mutex);
+            ++compared;
+            if (!(diff <= bound))
+              failures.push_back("rank " + std::to_string(ctx.rank) + ", " + name + ": fast-mode gradient differs by " +
+                                 std::to_string(diff) + " (largest element " + std::to_string(scale) + ", bound " +
+                                 std::to_string(bound) + ")");
+          }
+        });
+        for (const auto& f : failures)
+          ADD_FAILURE() << R << " x " << S << " " << to_string(optimizer) << " " << to_string(mode) << ": " << f;
+        EXPECT_GT(compared, 0);
+      }
     }
   }
 }

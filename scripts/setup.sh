@@ -18,6 +18,7 @@ build_type=${MFSDP_BUILD_TYPE:-Release}
 jobs=${MFSDP_JOBS:-$(nproc)}
 
 say() { printf 'setup: %s\n' "$*" >&2; }
+setup_start=$(date +%s)
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 1; }
 
 # ---- 1. Debian packages ---------------------------------------------------------------------
@@ -83,6 +84,14 @@ ext_opt="pytorch-optimizer==4.1.0"
   "$venv/bin/pip" install -q --no-deps "$ext_opt" || die "pip could not install $ext_opt; run: $venv/bin/pip install --no-deps $ext_opt"
 }
 
+# The covering-array generator the designed grid is made with (regression/grid/design.py; the
+# test grid.array_is_what_design_generates regenerates the committed array), pinned: pure Python.
+grid_gen="allpairspy==2.5.1"
+"$venv/bin/python" -c "import importlib.metadata as m; assert m.version('allpairspy') == '${grid_gen#*==}'" 2>/dev/null || {
+  say "installing into $venv: $grid_gen"
+  "$venv/bin/pip" install -q --no-deps "$grid_gen" || die "pip could not install $grid_gen; run: $venv/bin/pip install --no-deps $grid_gen"
+}
+
 # The CUDA headers the NCCL backend's translation unit includes, without a CUDA toolkit: the torch
 # wheel's nvidia-* dependencies bring the runtime headers but not crt/ (nvidia-cuda-crt) nor
 # libcu++'s nv/target (nvidia-cuda-cccl); both are headers-only wheels of torch's CUDA version.
@@ -115,5 +124,8 @@ if [ ! -f "$build/build.ninja" ] || [ "$(cat "$build/.mfsdp-configured" 2>/dev/n
     || { cat "$build/configure.log" >&2; die "cmake configure failed (log above)"; }
   echo "$torch_prefix|$build_type" >"$build/.mfsdp-configured"
 fi
+say "packages, venv and configuration ready in $(( $(date +%s) - setup_start )) s"
+build_start=$(date +%s)
 say "building ($jobs jobs)"
 cmake --build "$build" -j "$jobs" || die "build failed"
+say "built in $(( $(date +%s) - build_start )) s"

@@ -1,9 +1,30 @@
 #!/usr/bin/env bash
-# The whole test suite: set up (idempotent), build, and run every test through ctest.
-# Extra arguments go to ctest, e.g. `scripts/test.sh -L unit` for one label
-# (unit, differential, property, regression, checkpoint, golden) or `-R Gloo` for a name pattern.
+# The whole test suite: set up (idempotent), build, and run every test through ctest, then the 15
+# slowest tests. Extra arguments go to ctest, e.g. `scripts/test.sh -L quick` for one label or
+# `-R Gloo` for a name pattern. Without a label or name selection, the labels kept outside CI are
+# left out: `exhaustive` (the hand-multiplied grids the designed array covers) and `fresh_seeds`
+# (property hunts on new seeds); ask for them with `-L exhaustive` or `-L fresh_seeds`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build=${MFSDP_BUILD_DIR:-$repo/build}
+t0=$(date +%s)
 bash "$repo/scripts/setup.sh"
-exec ctest --test-dir "${MFSDP_BUILD_DIR:-$repo/build}" -j "${MFSDP_JOBS:-$(nproc)}" \
-  --output-on-failure --timeout 600 "$@"
+t1=$(date +%s)
+chosen=()
+for a in "$@"; do
+  case "$a" in -L|--label-regex|-LE|--label-exclude|-R|--tests-regex|-E|--exclude-regex|-I|--tests-information) chosen=(yes) ;; esac
+done
+exclude=()
+[ ${#chosen[@]} -eq 0 ] && exclude=(-LE '^(exhaustive|fresh_seeds)$')
+log=$(mktemp /tmp/mfsdp_ctest_XXXXXX.log)
+trap 'rm -f "$log"' EXIT
+set +e
+ctest --test-dir "$build" -j "${MFSDP_JOBS:-$(nproc)}" --output-on-failure --timeout 600 "${exclude[@]}" "$@" | tee "$log"
+code=${PIPESTATUS[0]}
+set -e
+t2=$(date +%s)
+echo "test.sh: the 15 slowest tests:"
+grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$log" | sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+).* ([0-9.]+) sec$/\2 \1/' |
+  grep -E '^[0-9.]+ ' | sort -rn | head -15 | awk '{printf "  %8.1f s  %s\n", $1, $2}'
+echo "test.sh: set-up and build $((t1 - t0)) s, suite $((t2 - t1)) s, total $((t2 - t0)) s; ctest exit $code"
+exit "$code"

@@ -337,5 +337,32 @@ TEST(MatrixOptimizers, BatchedNewtonSchulzStaysWithinBf16OfThePerSliceOne) {
   EXPECT_EQ(batched->kind(), OptimizerKind::muon);
 }
 
+
+// The batched step, lr adjustment and weight decay included, against per-slice Muon on each
+// expert: the adjustment comes from each expert's (out, in), never from (experts, out). Shapes
+// where both adjustments differ between the two readings; the bound is the Newton–Schulz one.
+TEST(MatrixOptimizers, BatchedMuonStepsEachExpertLikeThePerSliceOneLrAdjustmentIncluded) {
+  for (MuonLrAdjustment adjust : {MuonLrAdjustment::original, MuonLrAdjustment::match_rms_adamw}) {
+    for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{{24, 16, 8}, {6, 4, 2}, {3, 8, 12}}) {
+      MuonOptions o;
+      o.adjust_lr = adjust;
+      o.weight_decay = 0.1;
+      const at::Tensor p0 = randn(shape, 11, at::kFloat), g = randn(shape, 12, at::kFloat);
+      at::Tensor batched = p0.clone();
+      make_batched_muon(o, shape)->step(batched, g);
+      for (int64_t e = 0; e < shape[0]; ++e) {
+        at::Tensor one = p0.select(0, e).clone();
+        make_muon(o, {shape[1], shape[2]})->step(one, g.select(0, e).contiguous());
+        const at::Tensor decayed = p0.select(0, e) * (1 - o.lr * o.weight_decay);
+        const at::Tensor want = decayed - one, got = decayed - batched.select(0, e);
+        EXPECT_LE((got - want).norm().item<double>(), std::ldexp(1.0, -8) * want.norm().item<double>())
+            << "expert " << e << " of shape [" << shape[0] << ", " << shape[1] << ", " << shape[2] << "], "
+            << (adjust == MuonLrAdjustment::original ? "original" : "match_rms_adamw") << ": update norm "
+            << got.norm().item<double>() << ", per-slice " << want.norm().item<double>();
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mfsdp

@@ -189,6 +189,51 @@ TEST(CollectiveFit, RecoversTheModelFromNoiselessTimes) {
   }
 }
 
+// Every kind's fitted path against timings synthesised here from the textbook ring costs, written
+// out independently of the model: bus bandwidth is defined by the bytes each rank moves, so an
+// all-reduce moves 2(n-1)/n of S, an all-gather and a reduce-scatter (n-1)/n, a broadcast and a
+// reduce S, and a one-node all-to-all S (n-1)/(n-1) = S with one hop. A model that dropped a factor
+// would fit another bus bandwidth (half for the all-reduce) and price new sizes off.
+TEST(CollectiveFit, EveryKindsFittedPathMatchesTimingsSynthesisedFromRingCosts) {
+  const double base = 20e-6, hop = 5e-6, busbw = 4e9;
+  struct Cost {
+    CollectiveKind kind;
+    double (*moved)(int n);  // the fraction of S each rank moves
+    int rounds;              // ring rounds of n - 1 hops (all-to-all: one hop, folded into base)
+  };
+  const Cost costs[] = {
+      {CollectiveKind::allreduce, [](int n) { return 2.0 * (n - 1) / n; }, 2},
+      {CollectiveKind::allgather, [](int n) { return (n - 1.0) / n; }, 1},
+      {CollectiveKind::reduce_scatter, [](int n) { return (n - 1.0) / n; }, 1},
+      {CollectiveKind::broadcast, [](int) { return 1.0; }, 1},
+      {CollectiveKind::reduce, [](int) { return 1.0; }, 1},
+      {CollectiveKind::alltoall, [](int) { return 1.0; }, 0},
+  };
+  ASSERT_EQ(sizeof(costs) / sizeof(costs[0]), static_cast<size_t>(kNumCollectiveKinds));
+  auto synthetic = [&](const Cost& c, int n, double S) {
+    return base + (c.rounds == 0 ? hop : hop * c.rounds * (n - 1)) + S * c.moved(n) / busbw;
+  };
+  for (const Cost& c : costs) {
+    SCOPED_TRACE(to_string(c.kind));
+    std::vector<CollectiveSample> samples;
+    for (int n : {2, 3, 4, 8})
+      for (double S : {8e3, 128e3, 1e6, 8e6}) samples.push_back({n, S, synthetic(c, n, S)});
+    const CollectiveFit f = fit_collective(c.kind, samples);
+    EXPECT_LE(relative(f.busbw_Bps, busbw), 1e-9) << "fitted bus bandwidth " << f.busbw_Bps;
+    HardwareProfile fitted = fitted_profile(c.kind, 0, 0, 1);
+    fitted.fits[static_cast<int>(c.kind)] = f;
+    for (int n : {2, 3, 4, 8}) {
+      SCOPED_TRACE("n = " + std::to_string(n));
+      ASSERT_TRUE(f.at_ranks.count(n));
+      EXPECT_LE(relative(f.at_ranks.at(n).busbw_Bps, busbw), 1e-9) << "this world size's bus bandwidth";
+      // A size the fit never saw, priced through the fitted path (this world size's own fit) and
+      // through the fit across world sizes (n = 6, not measured).
+      EXPECT_LE(relative(collective_seconds({c.kind, ranks(0, n), 3 << 20}, fitted), synthetic(c, n, 3 << 20)), 1e-9);
+    }
+    EXPECT_LE(relative(collective_seconds({c.kind, ranks(0, 6), 3 << 20}, fitted), synthetic(c, 6, 3 << 20)), 1e-9);
+  }
+}
+
 // Noisy times (±5%): the fit is the least-squares fit of the relative error, not of the absolute
 // one, across world sizes and at each.
 TEST(CollectiveFit, MinimisesTheRelativeError) {

@@ -1,0 +1,140 @@
+// The designed differential grid (regression/grid/, docs/testing.md "The designed grid"): each row
+// of the committed covering array (regression/grid/array.json, from design.py) is one training of
+// the tiny model, run next to the DDP oracle on W thread ranks and compared with memcmp equality:
+// every parameter after every step and every rank's loss. The array holds every feasible pair of
+// factor values and every triple of the risky sub-models, so a factor added to design.py's table
+// reaches every other factor here without a new loop.
+#include "core/dist/ranks.h"
+#include "core/plan/planner.h"
+#include "core/util/enum_names.h"
+#include "core/train/model.h"
+#include "harness/placements.h"
+#include "harness/trajectory.h"
+#include "testing/fixtures.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <mutex>
+#include <random>
+
+namespace mfsdp {
+namespace {
+
+constexpr int kSteps = 20;
+
+struct Row {
+  int id = 0, W = 1;
+  std::string mesh, step_mode, optimizer, precision, reduce, placement, planner, tail, prefetch, mlp, tied, experts,
+      batched_ns;
+  int expert_ranges = 0;
+};
+
+std::vector<Row> load_rows() {
+  std::ifstream in(MFSDP_GRID_ARRAY);
+  if (!in) return {};  // the test below then fails naming the file
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::vector<Row> rows;
+  for (const auto& j : doc.at("rows")) {
+    Row r;
+    r.id = j.at("id");
+    r.W = j.at("W");
+    r.mesh = j.at("mesh"), r.step_mode = j.at("step_mode"), r.optimizer = j.at("optimizer");
+    r.precision = j.at("precision"), r.reduce = j.at("reduce"), r.placement = j.at("placement");
+    r.planner = j.at("planner"), r.tail = j.at("tail"), r.prefetch = j.at("prefetch"), r.mlp = j.at("mlp");
+    r.tied = j.at("tied"), r.experts = j.at("experts"), r.batched_ns = j.at("batched_ns");
+    r.expert_ranges = j.at("expert_ranges");
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+// How gtest prints a row (instead of its bytes).
+void PrintTo(const Row& r, std::ostream* os) { *os << "array row " << r.id; }
+
+int replicas(const Row& r) {
+  if (r.mesh == "r2") return 2;
+  if (r.mesh == "s2") return r.W / 2;
+  if (r.mesh == "rW") return r.W;
+  return 1;
+}
+
+// The row as a training configuration, through the same named settings `mfsdp train` parses.
+TrainConfig config_for(const Row& r) {
+  TrainConfig c = tiny_config({.steps = kSteps, .seed = 11, .optimizer = optimizer_kind_from_string(r.optimizer),
+                               .test_rates = true, .precondition_frequency = 5});
+  if (r.precision == "bf16") c.runtime.precision.param_dtype = c10::kBFloat16;
+  if (r.reduce == "bf16") c.runtime.precision.reduce_dtype = c10::kBFloat16;
+  c.runtime.replicas = replicas(r);
+  c.runtime.step_mode = value_in(kStepModeNames, r.step_mode).value();
+  c.model.gated_mlp = r.mlp == "gated";
+  c.model.tie_embeddings = r.tied == "yes";
+  if (r.experts != "none") {
+    c.model.experts = 4, c.model.top_k = 2, c.model.moe_intermediate = 32;
+    c.steps = kSteps / 2;  // roots and eigenbases still refreshed twice
+    if (r.experts == "moe_shared") c.model.first_dense = 1, c.model.shared_experts = 1;
+  }
+  c.planner.expert_ranges = r.expert_ranges;
+  c.runtime.muon.batched_ns = r.batched_ns == "on";
+  c.planner.tail_policy = tail_policy_from_string(r.tail);
+  if (r.planner == "explicit") {
+    c.planner.planner = PlannerKind::explicit_assignment;
+    std::mt19937 rng(1000 + 31 * r.id);
+    const int S = r.W / c.runtime.replicas;
+    for (const PlanItem& item : plan_items(TransformerModel(c.model).spec(), c.planner))
+      c.planner.explicit_owners[item.key] = static_cast<int>(rng() % S);
+  } else {
+    c.planner.planner = planner_kind_from_string(r.planner);
+  }
+  apply_placement(placement_from_string(r.placement), c);
+  c.runtime.prefetch = r.prefetch == "on";
+  return c;
+}
+
+std::string row_name(const ::testing::TestParamInfo<Row>& info) {
+  const Row& r = info.param;
+  std::string n = "row" + std::to_string(r.id) + "_W" + std::to_string(r.W) + "_" + r.placement + "_" + r.optimizer;
+  if (r.mesh != "flat") n += "_" + r.mesh + "_" + r.step_mode;
+  if (r.precision == "bf16") n += r.reduce == "bf16" ? "_bf16_reduce_bf16" : "_bf16";
+  if (r.experts != "none") n += "_" + r.experts;
+  if (r.tied == "yes") n += "_tied";
+  return n;
+}
+
+class GridRow : public ::testing::TestWithParam<Row> {};
+
+TEST_P(GridRow, BitMatchesTheOracle) {
+  const Row& r = GetParam();
+  const TrainConfig config = config_for(r);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  RanksOptions ranks;
+  ranks.world_size = r.W;
+  ranks.timeout = std::chrono::seconds(120);
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    const Comparison cmp = compare(run_oracle(ctx, config), run_recorded(ctx, config));
+    if (!cmp.bitwise_equal) {
+      std::lock_guard<std::mutex> lock(mutex);
+      failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " +
+                         std::to_string(cmp.first_bad_step) + " in " + cmp.first_bad + " (" + cmp.detail + "); max |diff| " +
+                         std::to_string(cmp.max_abs_diff) + ", max ULP " + std::to_string(cmp.max_ulp));
+    }
+  });
+  for (const auto& f : failures) ADD_FAILURE() << "row " << r.id << ": " << f;
+  if (failures.empty())
+    std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, mlp %s, tied %s, experts %s "
+                "ranges %d, batched NS %s): %d steps bit-identical to the oracle\n",
+                r.id, r.W, r.placement.c_str(), r.optimizer.c_str(), r.mesh.c_str(), r.step_mode.c_str(), r.precision.c_str(),
+                r.reduce.c_str(), r.planner.c_str(), r.tail.c_str(), r.prefetch.c_str(), r.mlp.c_str(), r.tied.c_str(),
+                r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), config.steps);
+}
+
+INSTANTIATE_TEST_SUITE_P(Array, GridRow, ::testing::ValuesIn(load_rows()), row_name);
+
+TEST(GridArray, IsReadable) {
+  EXPECT_GT(load_rows().size(), 0u) << "no rows read from " << MFSDP_GRID_ARRAY;
+}
+
+}  // namespace
+}  // namespace mfsdp
