@@ -224,6 +224,11 @@ void OwnerRuntime::finish_backward() {
 }
 
 void OwnerRuntime::finish_reductions() {
+  // Once per backward, by the engine's final callback: a second call would combine HSDP's partial
+  // sums again (R times the mean, or partial sums taken for means) and step on wrong gradients.
+  TORCH_CHECK(!reduce_order_.empty(), "runtime: rank ", comm_.rank(),
+              ": finish_backward with no backward pass to finish (autograd's final callback already ran it for the "
+              "last backward; it must not run twice)");
   callback_queued_ = false;
   for (at::Tensor& v : lent_views_) v = at::Tensor();  // the graph that held them is done
   for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicas_.shard_group_divides());

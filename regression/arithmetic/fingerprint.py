@@ -18,8 +18,15 @@ that write checkpoints, a checkpoint after its last step. Its fingerprint is:
 A resumed training reads another training's checkpoint (a reshard onto another W), so loading is
 covered too.
 
-  fingerprint.py MFSDP FILE            compare with FILE (exit 1 naming every difference)
-  fingerprint.py MFSDP FILE --write    (re)write FILE from this build
+The bits depend on the CPU kernels (ATen's capability and oneDNN's instruction set: the bf16
+matmuls of Newton-Schulz round differently per ISA, as the goldens found), so FILE keeps one record
+per platform, "<ATen capability>-<oneDNN ISA>" as golden/cpu/ names them. A platform with no record
+is reported and compared with nothing (not a failure: a refactor guard needs its own platform's
+bits, recorded with --write before the refactor).
+
+  fingerprint.py MFSDP FILE            compare with FILE's record for this platform (exit 1 naming
+                                       every difference)
+  fingerprint.py MFSDP FILE --write    (re)write this platform's record in FILE from this build
 """
 import argparse
 import hashlib
@@ -166,6 +173,36 @@ def run_one(mfsdp, name, tmp, done):
     return fp
 
 
+def onednn_isa():
+    """oneDNN's instruction set on this CPU, as regression/test_golden.cpp's onednn_isa() names it."""
+    order = ["sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni", "avx512_core_bf16",
+             "avx512_core_fp16", "avx512_core_amx"]
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    isa = "sse41"
+    if "avx" in flags: isa = "avx"
+    if "avx2" in flags: isa = "avx2"
+    if "avx_vnni" in flags: isa = "avx2_vnni"
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags: isa = "avx512_core"
+    if isa == "avx512_core" and "avx512_vnni" in flags: isa = "avx512_core_vnni"
+    if isa == "avx512_core_vnni" and "avx512_bf16" in flags: isa = "avx512_core_bf16"
+    if isa == "avx512_core_bf16" and "avx512_fp16" in flags: isa = "avx512_core_fp16"
+    if isa.startswith("avx512_core_") and {"amx_bf16", "amx_tile"} <= flags: isa = "avx512_core_amx"
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").lower()
+    if cap in order and order.index(cap) < order.index(isa):
+        isa = cap
+    return isa
+
+
+def platform(mfsdp):
+    env = json.loads(subprocess.run([mfsdp, "env", "--json"], check=True, capture_output=True, text=True).stdout)
+    return f"{env['cpu_capability'].lower()}-{onednn_isa()}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mfsdp")
@@ -177,24 +214,35 @@ def main():
     if a.only:
         need = set(a.only) | {TRAININGS[n][1] for n in a.only if TRAININGS[n][1]}
         names = [n for n in names if n in need]
+    here = platform(a.mfsdp)
+    doc = {}
+    if os.path.exists(a.file):
+        with open(a.file) as f:
+            doc = json.load(f)
+    records = doc.get("platforms", {})
+    if not a.write and here not in records:
+        print(f"fingerprint: no record for this platform ({here}; recorded: {', '.join(sorted(records)) or 'none'}): "
+              f"nothing compared; before a refactor, record it with: {sys.argv[0]} {a.mfsdp} {a.file} --write")
+        return 0
     got, done = {}, {}
     with tempfile.TemporaryDirectory(prefix="mfsdp-fingerprint-") as tmp:
         for name in names:
             got[name] = run_one(a.mfsdp, name, tmp, done)
             print(f"fingerprint: {name}: {len(got[name]['losses'])} losses, {len(got[name]['files'])} files", flush=True)
     if a.write:
-        doc = {"what": "bits of every loss and SHA-256 of every checkpoint file of the listed trainings",
+        records[here] = {"trainings": got}
+        doc = {"what": "bits of every loss and SHA-256 of every checkpoint file of the listed trainings, per platform "
+                       "(<ATen capability>-<oneDNN ISA>)",
                "regenerate": "python3 regression/arithmetic/fingerprint.py build/mfsdp "
                              "regression/arithmetic/fingerprint.json --write",
-               "base_args": " ".join(BASE), "trainings": got}
+               "base_args": " ".join(BASE), "platforms": dict(sorted(records.items()))}
         with open(a.file + ".tmp", "w") as f:
             json.dump(doc, f, indent=1, sort_keys=False)
             f.write("\n")
         os.replace(a.file + ".tmp", a.file)
-        print(f"fingerprint: wrote {len(got)} trainings to {a.file}")
+        print(f"fingerprint: wrote {len(got)} trainings to {a.file} for platform {here}")
         return 0
-    with open(a.file) as f:
-        want = json.load(f)["trainings"]
+    want = records[here]["trainings"]
     bad = []
     for name in names:
         w, g = want.get(name), got[name]
@@ -217,7 +265,7 @@ def main():
     if bad:
         print(f"fingerprint: {len(bad)} difference(s) in {len(names)} trainings")
         return 1
-    print(f"fingerprint: all {len(names)} trainings bit-identical "
+    print(f"fingerprint: platform {here}: all {len(names)} trainings bit-identical "
           f"({sum(len(got[n]['losses']) for n in names)} losses, {sum(len(got[n]['files']) for n in names)} files)")
     return 0
 

@@ -392,6 +392,30 @@ TEST(Precision, NormSoftmaxAndLossRunInFloat32UnderBf16) {
   for (const auto& [name, g] : grads_plain) EXPECT_TRUE(bitwise_equal(g, grads_output.at(name))) << name;
 }
 
+// finish_backward runs once per backward (autograd's final callback): called again, it is refused
+// instead of combining HSDP's partial sums a second time (seen as wrong gradients on a 2 x 2 mesh).
+TEST(RuntimeErrors, FinishingABackwardTwiceIsRefused) {
+  const TransformerModel model(tiny());
+  const ParamMap init = model.init(1);
+  const ByteCorpus corpus = ByteCorpus::load();
+  run_ranks_as_threads(world(4), [&](RankContext& ctx) {
+    Mesh mesh = make_mesh(ctx, 2);
+    const OwnershipPlan plan = make_plan(model.spec(), 2, PlannerOptions{});
+    RuntimeOptions opts;
+    opts.replicas = 2;
+    OwnerRuntime rt(plan, *mesh.shard, opts, init, mesh.replicate.get());
+    auto [tokens, targets] = corpus.batch(1, 0, ctx.rank, 1, 4);
+    forward_backward(rt, model, tokens, targets);
+    try {
+      rt.finish_backward();
+      ADD_FAILURE() << "rank " << ctx.rank << ": a second finish_backward was accepted";
+    } catch (const c10::Error& e) {
+      EXPECT_NE(std::string(e.what_without_backtrace()).find("finish_backward with no backward pass to finish"), std::string::npos)
+          << e.what_without_backtrace();
+    }
+  });
+}
+
 TEST(RuntimeErrors, MismatchedPlansFailBeforeAnyUnitCollective) {
   const TransformerModel model(tiny());
   const ParamMap init = model.init(1);
