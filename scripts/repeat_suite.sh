@@ -11,19 +11,14 @@ runs=${1:-5}; load=${2:-2}; shift $(( $# >= 2 ? 2 : $# ))
 build=${MFSDP_BUILD_DIR:-$repo/build}
 out=$build/repeat_suite; mkdir -p "$out"
 # As scripts/test.sh: with no label or name selection, the labels kept outside CI are left out.
-chosen=()
-for a in "$@"; do
-  case "$a" in -L|--label-regex|-LE|--label-exclude|-R|--tests-regex|-E|--exclude-regex|-I|--tests-information) chosen=(yes) ;; esac
-done
-exclude=()
-[ ${#chosen[@]} -eq 0 ] && exclude=(-LE '^(exhaustive|fresh_seeds)$')
+source "$repo/scripts/ci_labels.sh" "$@"
 pids=()
 for _ in $(seq 1 "$load"); do ( while :; do :; done ) & pids+=($!); done
 trap 'kill "${pids[@]}" 2>/dev/null' EXIT
 failed_runs=0
 for r in $(seq 1 "$runs"); do
   start=$(date +%s)
-  ctest --test-dir "$build" -j2 --timeout 600 --output-on-failure "${exclude[@]}" "$@" >"$out/run_$r.log" 2>&1
+  ctest --test-dir "$build" -j2 --timeout 600 --output-on-failure "${ci_exclude[@]}" "$@" >"$out/run_$r.log" 2>&1
   code=$?
   summary=$(grep -E "tests passed|tests failed" "$out/run_$r.log" | tail -1)
   echo "repeat_suite: run $r/$runs (load $load): exit $code in $(( $(date +%s) - start )) s: $summary"

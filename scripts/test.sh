@@ -10,16 +10,11 @@ build=${MFSDP_BUILD_DIR:-$repo/build}
 t0=$(date +%s)
 bash "$repo/scripts/setup.sh"
 t1=$(date +%s)
-chosen=()
-for a in "$@"; do
-  case "$a" in -L|--label-regex|-LE|--label-exclude|-R|--tests-regex|-E|--exclude-regex|-I|--tests-information) chosen=(yes) ;; esac
-done
-exclude=()
-[ ${#chosen[@]} -eq 0 ] && exclude=(-LE '^(exhaustive|fresh_seeds)$')
+source "$repo/scripts/ci_labels.sh" "$@"  # ci_exclude: the labels kept outside CI, unless chosen
 log=$(mktemp /tmp/mfsdp_ctest_XXXXXX.log)
 trap 'rm -f "$log"' EXIT
 set +e
-ctest --test-dir "$build" -j "${MFSDP_JOBS:-$(nproc)}" --output-on-failure --timeout 600 "${exclude[@]}" "$@" | tee "$log"
+ctest --test-dir "$build" -j "${MFSDP_JOBS:-$(nproc)}" --output-on-failure --timeout 600 "${ci_exclude[@]}" "$@" | tee "$log"
 code=${PIPESTATUS[0]}
 set -e
 t2=$(date +%s)

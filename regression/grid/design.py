@@ -17,6 +17,7 @@ the array is reproducible and another seed gives another valid array.
 import argparse
 import itertools
 import json
+import os
 import random
 import sys
 from collections import OrderedDict
@@ -298,10 +299,11 @@ def main():
     summary = (f"design: seed {doc['seed']}, {len(doc['rows'])} rows cover {doc['feasible_pairs']} feasible pairs and "
                f"{doc['feasible_sub_model_triples']} sub-model triples ({len(doc['excluded_pairs'])} pairs excluded as infeasible)")
     if a.write:
-        with open(a.write + ".tmp", "w") as f:
+        # A fresh temporary file (never one that exists, a link included), renamed over FILE whole.
+        tmp = a.write + ".tmp"
+        with open(tmp, "x") as f:
             f.write(text)
-        import os
-        os.replace(a.write + ".tmp", a.write)
+        os.replace(tmp, a.write)
         print(summary)
         return 0
     if a.check:

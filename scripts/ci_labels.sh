@@ -1,0 +1,8 @@
+# Sourced by scripts/test.sh and scripts/repeat_suite.sh: sets the array `ci_exclude` to the ctest
+# arguments that leave out the labels kept outside CI (exhaustive, fresh_seeds), unless the
+# arguments given ("$@") already choose tests by label or name.
+ci_exclude=(-LE '^(exhaustive|fresh_seeds)$')
+for _a in "$@"; do
+  case "$_a" in -L|--label-regex|-LE|--label-exclude|-R|--tests-regex|-E|--exclude-regex|-I|--tests-information) ci_exclude=() ;; esac
+done
+unset _a
