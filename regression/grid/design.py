@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""The differential grid as a designed covering array (docs/testing.md, "The designed grid").
+"""The differential and runtime grids as designed covering arrays (docs/testing.md, "The designed
+grid").
 
-Every feasible pair of factor values appears in at least one row, and every feasible triple of the
-risky sub-models (SUB_MODELS) too. The rows come from allpairspy (PyPI, pinned in
+Each grid is a table (TABLES): its factors, its constraints and its risky sub-models. Every feasible pair of factor values appears in at least one row, and every feasible triple of the
+risky sub-models too. The rows come from allpairspy (PyPI, pinned in
 scripts/setup.sh): the sub-models' triples, completed into whole rows, are its `previously_tested`
 rows, so its pairwise pass adds only the pairs those rows miss (mixed strength). Constraints are
 filters (`feasible`). The seed shuffles the order of every factor's values and of the triples, so
 the array is reproducible and another seed gives another valid array.
 
-  design.py --write FILE     generate and write the array (JSON)
-  design.py --check FILE     generate and compare with FILE byte for byte (exit 1 if it differs)
-  design.py --focus FACTOR FILE
-                             the rows that cover FACTOR against every other factor pairwise and
-                             in the triples it is in, with their count and a ctest -R pattern
+  design.py [--table T] --write FILE     generate and write the array (JSON)
+  design.py [--table T] --check FILE     generate and compare with FILE byte for byte (exit 1 if it
+                                         differs)
+  design.py [--table T] --focus FACTOR FILE
+                                         the rows that cover FACTOR against every other factor
+                                         pairwise and in the triples it is in, with their count and
+                                         a ctest -R pattern
+  T: differential (default; regression/grid/array.json, regression/test_grid.cpp) or runtime
+  (regression/grid/runtime_array.json, core/runtime/tests/test_runtime.cpp).
 """
 import argparse
 import itertools
@@ -26,9 +31,9 @@ import allpairspy
 
 SEED = 20261204
 
-# The factor table. The first value of each factor is its default (what a row uses when the factor
+# The differential grid's factor table. The first value of each factor is its default (what a row uses when the factor
 # is not what the row is about). A new capability enters here, as a factor or a value.
-FACTORS = OrderedDict([
+FACTORS_DIFFERENTIAL = OrderedDict([
     ("W", [3, 1, 2, 4, 5, 6, 7, 8]),
     ("mesh", ["flat", "r2", "s2", "rW"]),          # HSDP: R=2 / S=2 / R=W (S=1) replica groups
     ("step_mode", ["replicated", "dedup"]),
@@ -47,7 +52,7 @@ FACTORS = OrderedDict([
 ])
 
 # Triples that must all appear (mixed strength 3 on these factors).
-SUB_MODELS = [
+SUB_MODELS_DIFFERENTIAL = [
     ("W", "precision", "mesh"),
     ("placement", "optimizer", "tail"),
     ("experts", "tied", "precision"),
@@ -55,7 +60,7 @@ SUB_MODELS = [
 ]
 
 
-def feasible(row):
+def feasible_differential(row):
     """False when the (possibly partial) row names a combination the runtime does not run."""
     g = row.get
     def has(*names):
@@ -95,10 +100,47 @@ def feasible(row):
     return True
 
 
-def shuffled_factors(seed):
+# The runtime grid (core/runtime/tests/test_runtime.cpp: one owner-shaped forward and backward of
+# the tiny model, checking unshard, pinned views, owners' gradients, prefetch, step traffic and
+# memory): its layouts are W x planner x tail over a plain, tied or MoE model, in fp32 or bf16.
+FACTORS_RUNTIME = OrderedDict([
+    ("W", [3, 1, 2, 4, 5]),
+    ("planner", ["balanced", "round_robin"]),
+    ("tail", ["even", "owner"]),
+    ("precision", ["fp32", "bf16"]),               # bf16 compute copies of fp32 masters
+    ("model", ["plain", "tied", "moe"]),           # tied embeddings; 5 experts, top 2, in ranges
+])
+
+SUB_MODELS_RUNTIME = [
+    ("W", "planner", "tail"),                      # every ownership layout of the plain model
+    ("W", "model", "precision"),                   # every model and dtype at every W
+]
+
+
+def feasible_runtime(row):
+    """Every combination runs (the exhaustive label runs their whole product)."""
+    return True
+
+
+class Table:
+    def __init__(self, name, factors, sub_models, feasible, generated_by, test_pattern):
+        self.name, self.factors, self.sub_models, self.feasible = name, factors, sub_models, feasible
+        self.generated_by, self.test_pattern = generated_by, test_pattern
+
+
+TABLES = OrderedDict([
+    ("differential", Table("differential", FACTORS_DIFFERENTIAL, SUB_MODELS_DIFFERENTIAL, feasible_differential,
+                           "regression/grid/design.py", "Array/GridRow\\.BitMatchesTheOracle/row{id}_")),
+    ("runtime", Table("runtime", FACTORS_RUNTIME, SUB_MODELS_RUNTIME, feasible_runtime,
+                      "regression/grid/design.py --table runtime",
+                      "Array/RuntimeGridRow\\.LifecycleGradientsCommunicationAndMemory/row{id}_")),
+])
+
+
+def shuffled_factors(t, seed):
     rng = random.Random(seed)
     out = OrderedDict()
-    for name, values in FACTORS.items():
+    for name, values in t.factors.items():
         values = list(values)
         default, rest = values[0], values[1:]
         rng.shuffle(rest)
@@ -106,11 +148,11 @@ def shuffled_factors(seed):
     return out
 
 
-def extendable(partial, factors):
+def extendable(t, partial, factors):
     """Whether some whole feasible row holds `partial` (depth-first over the missing factors)."""
     missing = [n for n in factors if n not in partial]
     def search(row, k):
-        if not feasible(row):
+        if not t.feasible(row):
             return False
         if k == len(missing):
             return True
@@ -118,12 +160,12 @@ def extendable(partial, factors):
     return search(dict(partial), 0)
 
 
-def feasible_tuples(factors, names):
+def feasible_tuples(t, factors, names):
     """The value tuples of `names` that some whole feasible row holds."""
-    return [t for t in itertools.product(*(factors[n] for n in names)) if extendable(dict(zip(names, t)), factors)]
+    return [v for v in itertools.product(*(factors[n] for n in names)) if extendable(t, dict(zip(names, v)), factors)]
 
 
-def complete(partial, factors, cursor):
+def complete(t, partial, factors, cursor):
     """A whole feasible row extending `partial`: each missing factor takes the next value of its
     round-robin cursor that keeps the row feasible (so the completions spread over the values)."""
     row = dict(partial)
@@ -132,22 +174,22 @@ def complete(partial, factors, cursor):
             continue
         for k in range(len(values)):
             v = values[(cursor[name] + k) % len(values)]
-            if feasible({**row, name: v}):
+            if t.feasible({**row, name: v}):
                 row[name] = v
                 cursor[name] = (cursor[name] + k + 1) % len(values)
                 break
         else:
             return None
-    return row if feasible(row) else None
+    return row if t.feasible(row) else None
 
 
-def seed_rows(factors, seed):
+def seed_rows(t, factors, seed):
     """Rows covering every feasible triple of every sub-model: each row takes one uncovered triple
     of each sub-model that agrees with what the row holds so far, then is completed."""
     rng = random.Random(seed + 1)
     todo = []
-    for names in SUB_MODELS:
-        triples = feasible_tuples(factors, names)
+    for names in t.sub_models:
+        triples = feasible_tuples(t, factors, names)
         rng.shuffle(triples)
         todo.append((names, triples))
     cursor = {n: 0 for n in factors}
@@ -155,19 +197,19 @@ def seed_rows(factors, seed):
     while any(t for _, t in todo):
         partial = {}
         for names, triples in todo:
-            for i, t in enumerate(triples):
+            for i, tr in enumerate(triples):
                 cand = dict(partial)
                 ok = True
-                for n, v in zip(names, t):
+                for n, v in zip(names, tr):
                     if cand.get(n, v) != v:
                         ok = False
                         break
                     cand[n] = v
-                if ok and feasible(cand) and complete(cand, factors, dict(cursor)) is not None:
+                if ok and t.feasible(cand) and complete(t, cand, factors, dict(cursor)) is not None:
                     partial = cand
                     del triples[i]
                     break
-        row = complete(partial, factors, cursor)
+        row = complete(t, partial, factors, cursor)
         assert row is not None, partial
         rows.append(row)
         # A triple this row also happens to hold is covered too.
@@ -178,11 +220,11 @@ def seed_rows(factors, seed):
     return rows
 
 
-def generate(seed=SEED):
-    factors = shuffled_factors(seed)
+def generate(t, seed=SEED):
+    factors = shuffled_factors(t, seed)
     names = list(factors)
-    seeds = seed_rows(factors, seed)
-    prefix_ok = lambda values: feasible(dict(zip(names, values)))
+    seeds = seed_rows(t, factors, seed)
+    prefix_ok = lambda values: t.feasible(dict(zip(names, values)))
     pairs = allpairspy.AllPairs([factors[n] for n in names], filter_func=prefix_ok,
                                 previously_tested=[[r[n] for n in names] for r in seeds])
     all_rows = seeds + [dict(zip(names, list(r))) for r in pairs]
@@ -198,48 +240,48 @@ def generate(seed=SEED):
     cursor = {n: 0 for n in factors}
     for a, b in itertools.combinations(names, 2):
         held = {(r[a], r[b]) for r in all_rows}
-        for t in feasible_tuples(factors, (a, b)):
-            if t not in held:
-                row = complete({a: t[0], b: t[1]}, factors, cursor)
-                assert row is not None, (a, b, t)
+        for v in feasible_tuples(t, factors, (a, b)):
+            if v not in held:
+                row = complete(t, {a: v[0], b: v[1]}, factors, cursor)
+                assert row is not None, (a, b, v)
                 all_rows.append(row)
-                held.add(t)
+                held.add(v)
     for i, r in enumerate(all_rows):
         r["id"] = i
     return factors, all_rows
 
 
-def coverage(factors, rows, names):
+def coverage(t, factors, rows, names):
     """(covered, feasible, excluded) tuples of the factors `names`."""
-    feas = set(feasible_tuples(factors, names))
+    feas = set(feasible_tuples(t, factors, names))
     allt = set(itertools.product(*(factors[n] for n in names)))
     held = {tuple(r[n] for n in names) for r in rows}
     return held & feas, feas, allt - feas
 
 
-def document(seed=SEED):
-    factors, rows = generate(seed)
+def document(t, seed=SEED):
+    factors, rows = generate(t, seed)
     names = list(factors)
     pair_missing, excluded = [], []
     n_pairs = 0
     for a, b in itertools.combinations(names, 2):
-        cov, feas, exc = coverage(factors, rows, (a, b))
+        cov, feas, exc = coverage(t, factors, rows, (a, b))
         n_pairs += len(feas)
         pair_missing += [f"{a}={x} {b}={y}" for x, y in sorted(feas - cov, key=str)]
         excluded += [f"{a}={x} {b}={y}" for x, y in sorted(exc, key=str)]
     triple_missing, n_triples = [], 0
-    for sm in SUB_MODELS:
-        cov, feas, _ = coverage(factors, rows, sm)
+    for sm in t.sub_models:
+        cov, feas, _ = coverage(t, factors, rows, sm)
         n_triples += len(feas)
-        triple_missing += [" ".join(f"{n}={v}" for n, v in zip(sm, t)) for t in sorted(feas - cov, key=str)]
+        triple_missing += [" ".join(f"{n}={v}" for n, v in zip(sm, tr)) for tr in sorted(feas - cov, key=str)]
     assert not pair_missing, pair_missing
     assert not triple_missing, triple_missing
-    assert all(feasible(r) for r in rows)
+    assert all(t.feasible(r) for r in rows)
     doc = OrderedDict([
-        ("generated_by", "regression/grid/design.py with allpairspy " + allpairspy.__version__),
+        ("generated_by", t.generated_by + " with allpairspy " + allpairspy.__version__),
         ("seed", seed),
-        ("factors", FACTORS),
-        ("sub_models", [list(s) for s in SUB_MODELS]),
+        ("factors", t.factors),
+        ("sub_models", [list(s) for s in t.sub_models]),
         ("feasible_pairs", n_pairs),
         ("feasible_sub_model_triples", n_triples),
         ("excluded_pairs", excluded),
@@ -252,7 +294,7 @@ def dumps(doc):
     return json.dumps(doc, indent=1) + "\n"
 
 
-def focus(doc, factor):
+def focus(t, doc, factor):
     """Rows that together hold every feasible pair of `factor` with each other factor and every
     feasible triple of the sub-models it is in (greedy, in row order)."""
     factors = OrderedDict((k, v) for k, v in doc["factors"].items())
@@ -260,16 +302,16 @@ def focus(doc, factor):
     wanted = set()
     for other in factors:
         if other != factor:
-            for t in feasible_tuples(factors, (factor, other)):
-                wanted.add(((factor, other), t))
+            for v in feasible_tuples(t, factors, (factor, other)):
+                wanted.add(((factor, other), v))
     for sm in doc["sub_models"]:
         if factor in sm:
-            for t in feasible_tuples(factors, tuple(sm)):
-                wanted.add((tuple(sm), t))
+            for v in feasible_tuples(t, factors, tuple(sm)):
+                wanted.add((tuple(sm), v))
     chosen = []
     while wanted:
-        best = max(rows, key=lambda r: sum(tuple(r[n] for n in k) == t for k, t in wanted))
-        got = {(k, t) for k, t in wanted if tuple(best[n] for n in k) == t}
+        best = max(rows, key=lambda r: sum(tuple(r[n] for n in k) == v for k, v in wanted))
+        got = {(k, v) for k, v in wanted if tuple(best[n] for n in k) == v}
         if not got:
             break
         chosen.append(best["id"])
@@ -283,20 +325,26 @@ def main():
     ap.add_argument("--check", metavar="FILE")
     ap.add_argument("--focus", nargs=2, metavar=("FACTOR", "FILE"))
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--table", choices=list(TABLES), default="differential")
     a = ap.parse_args()
+    t = TABLES[a.table]
     if a.focus:
         factor, path = a.focus
         doc = json.load(open(path))
+        # The array names its table by its factors (so --table is not needed with --focus).
+        t = next((x for x in TABLES.values() if json.loads(json.dumps(x.factors)) == doc.get("factors")), None)
+        if t is None:
+            sys.exit(f"design: {path} is not an array of any table here ({', '.join(TABLES)}): its factors differ")
         if factor not in doc["factors"]:
             sys.exit(f"design: unknown factor '{factor}' (factors: {', '.join(doc['factors'])})")
-        ids = focus(doc, factor)
+        ids = focus(t, doc, factor)
         print(f"design: factor {factor}: {len(ids)} of {len(doc['rows'])} rows cover it pairwise with every other "
               f"factor and in its sub-model triples")
-        print("design: ctest --test-dir build -R '" + "|".join(f"Array/GridRow\\.BitMatchesTheOracle/row{i}_" for i in ids) + "'")
+        print("design: ctest --test-dir build -R '" + "|".join(t.test_pattern.format(id=i) for i in ids) + "'")
         return 0
-    doc = document(a.seed)
+    doc = document(t, a.seed)
     text = dumps(doc)
-    summary = (f"design: seed {doc['seed']}, {len(doc['rows'])} rows cover {doc['feasible_pairs']} feasible pairs and "
+    summary = (f"design: table {t.name}, seed {doc['seed']}, {len(doc['rows'])} rows cover {doc['feasible_pairs']} feasible pairs and "
                f"{doc['feasible_sub_model_triples']} sub-model triples ({len(doc['excluded_pairs'])} pairs excluded as infeasible)")
     if a.write:
         # A fresh temporary file (never one that exists, a link included), renamed over FILE whole.
@@ -309,8 +357,8 @@ def main():
     if a.check:
         committed = open(a.check).read()
         if committed != text:
-            print(f"design: {a.check} differs from what design.py generates (seed {doc['seed']}); "
-                  f"regenerate with: design.py --write {a.check}")
+            print(f"design: {a.check} differs from what design.py generates (table {t.name}, seed {doc['seed']}); "
+                  f"regenerate with: design.py --table {t.name} --write {a.check}")
             return 1
         print(summary + "; the committed array is what design.py generates")
         return 0

@@ -1,6 +1,9 @@
-// The owner-shaped runtime on the tiny model, for W in 1..5, two planners and both tail policies:
-// unshard is exact, pinned views are revived in place, owners get the rank-order mean of every
-// rank's gradient bit for bit, the step communicates nothing, and memory matches the model.
+// The owner-shaped runtime on the tiny model, for W in 1..5, two planners, both tail policies, fp32
+// and bf16, plain, tied and MoE models: unshard is exact, pinned views are revived in place, owners
+// get the rank-order mean of every rank's gradient bit for bit, the step communicates nothing, and
+// memory matches the model. The cases are the rows of the designed covering array
+// regression/grid/runtime_array.json (design.py --table runtime: every pair of factor values, every
+// triple of its sub-models); their whole product is label exhaustive.
 #include "core/train/data.h"
 #include "core/plan/memory_model.h"
 #include "core/train/model.h"
@@ -17,8 +20,10 @@
 #include <ATen/ops/softmax.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <fstream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -53,6 +58,7 @@ at::Tensor forward_backward(OwnerRuntime& rt, const TransformerModel& model, con
 }
 
 struct GridCase {
+  int id = -1;  // the array's row id; -1 in the whole product
   int world_size;
   PlannerKind planner;
   TailPolicy tail;
@@ -69,9 +75,15 @@ at::Tensor expected_mean(const std::vector<at::Tensor>& parts, c10::ScalarType m
   return (acc / static_cast<double>(parts.size())).to(master);
 }
 
-class RuntimeGrid : public ::testing::TestWithParam<GridCase> {};
+// How gtest prints a case (instead of its bytes).
+void PrintTo(const GridCase& c, std::ostream* os) {
+  if (c.id >= 0) *os << "runtime array row " << c.id;
+  else *os << "runtime product case";
+}
 
-TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
+class RuntimeGridRow : public ::testing::TestWithParam<GridCase> {};
+
+TEST_P(RuntimeGridRow, LifecycleGradientsCommunicationAndMemory) {
   const GridCase gc = GetParam();
   TransformerConfig config = tiny();
   config.tie_embeddings = gc.tied;
@@ -295,33 +307,71 @@ TEST_P(RuntimeGrid, LifecycleGradientsCommunicationAndMemory) {
   for (const auto& p : problems) ADD_FAILURE() << p;
 }
 
-std::vector<GridCase> grid() {
+GridCase case_of(const nlohmann::json& j) {
+  GridCase c{.world_size = j.at("W").get<int>(),
+             .planner = planner_kind_from_string(j.at("planner").get<std::string>()),
+             .tail = tail_policy_from_string(j.at("tail").get<std::string>())};
+  c.id = j.value("id", -1);
+  const std::string precision = j.at("precision"), model = j.at("model");
+  if (precision != "fp32" && precision != "bf16") throw std::invalid_argument("runtime grid: unknown precision '" + precision + "'");
+  if (model != "plain" && model != "tied" && model != "moe") throw std::invalid_argument("runtime grid: unknown model '" + model + "'");
+  c.param_dtype = precision == "bf16" ? c10::kBFloat16 : c10::kFloat;
+  c.tied = model == "tied";
+  c.moe = model == "moe";
+  return c;
+}
+
+nlohmann::json runtime_array() {
+  std::ifstream in(MFSDP_RUNTIME_GRID_ARRAY);
+  if (!in) return nlohmann::json::object();  // RuntimeGridArray.IsReadable then fails naming the file
+  return nlohmann::json::parse(in);
+}
+
+// The designed rows.
+std::vector<GridCase> array_cases() {
   std::vector<GridCase> cases;
-  for (int w = 1; w <= 5; ++w)
-    for (PlannerKind p : {PlannerKind::round_robin, PlannerKind::balanced})
-      for (TailPolicy t : {TailPolicy::even, TailPolicy::owner})
-        for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, p, t, d});
-  for (int w : {1, 2, 3, 5})
-    for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16}) cases.push_back({w, PlannerKind::balanced, TailPolicy::even, d, true});
-  for (int w : {1, 2, 3, 4})
-    for (c10::ScalarType d : {c10::kFloat, c10::kBFloat16})
-      cases.push_back({w, w % 2 ? PlannerKind::round_robin : PlannerKind::balanced, w > 2 ? TailPolicy::owner : TailPolicy::even, d, false, true});
+  const nlohmann::json doc = runtime_array();
+  if (doc.contains("rows"))
+    for (const auto& row : doc.at("rows")) cases.push_back(case_of(row));
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyModel, RuntimeGrid, ::testing::ValuesIn(grid()),
-                         [](const ::testing::TestParamInfo<GridCase>& info) {
-                           std::string name = "W";
-                           name += std::to_string(info.param.world_size);
-                           name += '_';
-                           name += to_string(info.param.planner);
-                           name += '_';
-                           name += to_string(info.param.tail);
-                           if (info.param.param_dtype == c10::kBFloat16) name += "_bf16";
-                           if (info.param.tied) name += "_tied";
-                           if (info.param.moe) name += "_moe";
-                           return name;
-                         });
+// The whole product of the array's factor table (label exhaustive): the runtime table has no
+// constraints, so every combination is a case.
+std::vector<GridCase> product_cases() {
+  const nlohmann::json doc = runtime_array();
+  if (!doc.contains("factors")) return {};
+  std::vector<nlohmann::json> rows{nlohmann::json::object()};
+  for (const auto& [name, values] : doc.at("factors").items()) {
+    std::vector<nlohmann::json> more;
+    for (const auto& row : rows)
+      for (const auto& v : values) {
+        nlohmann::json r = row;
+        r[name] = v;
+        more.push_back(std::move(r));
+      }
+    rows = std::move(more);
+  }
+  std::vector<GridCase> cases;
+  for (const auto& r : rows) cases.push_back(case_of(r));
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<GridCase>& info) {
+  std::string name = info.param.id >= 0 ? "row" + std::to_string(info.param.id) + "_" : "";
+  name += "W" + std::to_string(info.param.world_size) + "_" + to_string(info.param.planner) + "_" + to_string(info.param.tail);
+  if (info.param.param_dtype == c10::kBFloat16) name += "_bf16";
+  if (info.param.tied) name += "_tied";
+  if (info.param.moe) name += "_moe";
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Array, RuntimeGridRow, ::testing::ValuesIn(array_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Product, RuntimeGridRow, ::testing::ValuesIn(product_cases()), case_name);
+
+TEST(RuntimeGridArray, IsReadable) {
+  EXPECT_GT(array_cases().size(), 0u) << "no rows read from " << MFSDP_RUNTIME_GRID_ARRAY;
+}
 
 // bf16 contributions of widely spread magnitudes (W = 5): the shared routine equals the float32
 // rank-order loop above, and each alternative a change could introduce (bf16 accumulation,
