@@ -1,12 +1,15 @@
 # Properties (labels, cost) of tests that gtest_discover_tests finds. Their names are known only
 # when ctest runs, so a file that ctest reads after the discovered tests sets them: it reads the
-# discovered names of TARGET from gtest's generated list and applies LABELS (replacing the test's
-# labels: give them all) and COST (ctest's scheduling weight: higher starts first under -j) to
-# those whose name matches the regular expression MATCH (default: every test of TARGET).
+# discovered names of TARGET from gtest's generated list and applies LABELS and COST (ctest's
+# scheduling weight: higher starts first under -j) to those whose name matches the regular
+# expression MATCH (default: every test of TARGET) and not EXCLUDE (default: none). ctest ADDS
+# labels set this way to the test's labels (it never removes one), so a test kept out of a label
+# must be excluded where the label is given, not relabelled later.
 # Call after gtest_discover_tests(TARGET ...) in the same directory.
 #   mfsdp_discovered_test_properties(differential_tests MATCH "/W[35]_" LABELS differential quick COST 60)
+#   mfsdp_discovered_test_properties(hsdp_tests MATCH "^Meshes/" EXCLUDE "/R2xS2_" LABELS exhaustive)
 function(mfsdp_discovered_test_properties target)
-  cmake_parse_arguments(A "" "MATCH;COST" "LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "MATCH;EXCLUDE;COST" "LABELS" ${ARGN})
   if(NOT A_MATCH)
     set(A_MATCH ".")
   endif()
@@ -18,7 +21,11 @@ function(mfsdp_discovered_test_properties target)
   if(A_COST)
     string(APPEND _props " COST ${A_COST}")
   endif()
-  string(SHA1 _id "${target}${A_MATCH}${_props}")
+  set(_condition "_name MATCHES [==[${A_MATCH}]==]")
+  if(A_EXCLUDE)
+    string(APPEND _condition " AND NOT _name MATCHES [==[${A_EXCLUDE}]==]")
+  endif()
+  string(SHA1 _id "${target}${A_MATCH}${A_EXCLUDE}${_props}")
   string(SUBSTRING "${_id}" 0 12 _id)
   set(_file "${CMAKE_CURRENT_BINARY_DIR}/${target}_properties_${_id}.cmake")
   set(_list "${CMAKE_CURRENT_BINARY_DIR}/${target}[1]_tests.cmake")
@@ -27,7 +34,7 @@ function(mfsdp_discovered_test_properties target)
   file(STRINGS [==[${_list}]==] _lines REGEX [==[^add_test\\(\\[=\\[]==])
   foreach(_line IN LISTS _lines)
     string(REGEX REPLACE [==[^add_test\\(\\[=\\[([^]]*)\\]=\\].*]==] [==[\\1]==] _name \"\${_line}\")
-    if(_name MATCHES [==[${A_MATCH}]==])
+    if(${_condition})
       set_tests_properties(\"\${_name}\" PROPERTIES${_props})
     endif()
   endforeach()

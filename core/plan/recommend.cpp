@@ -22,7 +22,8 @@ Recommendation recommend_world_size(const ModelSpec& spec, PlannerOptions option
                                     double bound, int max_world_size) {
   if (options.planner == PlannerKind::explicit_assignment) options.planner = PlannerKind::balanced;
   int owned = 0;  // roles do not depend on W: count them in a one-rank plan (an expert tensor: its experts)
-  for (const MatrixShard& s : make_plan(spec, 1, options).shards())
+  const OwnershipPlan one_rank = make_plan(spec, 1, options);  // named: a range over a temporary's member dangles
+  for (const MatrixShard& s : one_rank.shards())
     owned += s.role == Role::owned_matrix ? 1 : s.role == Role::expert_range ? static_cast<int>(s.shape[0]) : 0;
   Recommendation r;
   r.planner = options.planner;
