@@ -16,11 +16,18 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdlib>
 
 namespace mfsdp {
 namespace {
 
-constexpr int kIterations = 10;
+// Measured steps per case: 10, or MFSDP_BENCH_ITERATIONS (the ctest smoke run takes 1).
+int measured_steps() {
+  const char* env = std::getenv("MFSDP_BENCH_ITERATIONS");
+  const int n = env ? std::atoi(env) : 10;
+  return n >= 1 ? n : 10;
+}
+const int kIterations = measured_steps();
 
 void BM_Precision(benchmark::State& state) {
   const int W = static_cast<int>(state.range(0));

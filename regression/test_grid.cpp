@@ -22,7 +22,7 @@
 namespace mfsdp {
 namespace {
 
-constexpr int kSteps = 20;
+constexpr int kSteps = 12;  // Shampoo and SOAP refresh every 5 steps: 3 refreshes (2 with experts)
 
 struct Row {
   int id = 0, W = 1;

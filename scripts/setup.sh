@@ -72,7 +72,9 @@ for extra in numpy safetensors; do
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   say "installing into $venv: ${need_pkgs[*]} (torch is a large CUDA wheel; first time takes minutes)"
-  "$venv/bin/pip" install -q "${need_pkgs[@]}" \
+  # --no-compile: no bytecode for torch's thousands of modules up front (Python compiles what it
+  # imports); it saves most of a minute of every fresh set-up.
+  "$venv/bin/pip" install -q --no-compile "${need_pkgs[@]}" \
     || die "pip could not install ${need_pkgs[*]}; run: $venv/bin/pip install ${need_pkgs[*]}"
 fi
 

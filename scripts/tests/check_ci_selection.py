@@ -10,6 +10,7 @@ without the labels exhaustive or fresh_seeds), the counts the documents state:
   - 10 `Meshes/Hsdp.*` cases in CI and 30 in exhaustive;
   - every row of both designed arrays in CI (`Array/GridRow.*`, `Array/RuntimeGridRow.*`), none in
     exhaustive; the runtime grid's whole product only in exhaustive;
+  - the shorter kill loop and fuzz run in CI, the longer ones outside;
   - no test of label quick outside CI (quick is a subset of what CI runs).
 
 usage: check_ci_selection.py BUILD_DIR GRID_ARRAY RUNTIME_ARRAY
@@ -56,6 +57,10 @@ def main():
         product *= len(values)
     expect("runtime product cases in exhaustive", count(outside, "Product/RuntimeGridRow."), product)
     expect("runtime product cases in CI", count(in_ci, "Product/RuntimeGridRow."), 0)
+    for name in ("regression.kill_loop_20", "fuzz.checkpoint_readers_asan"):
+        expect(f"{name} in CI", name in in_ci, True)
+    for name in ("regression.kill_loop_50", "fuzz.checkpoint_readers_asan_40000"):
+        expect(f"{name} outside CI", name in outside, True)
     quick_outside = [n for n, l in tests if "quick" in l and l & OUTSIDE_CI]
     for n in quick_outside:
         problems.append(f"{n} is labelled quick but is left out of CI ({', '.join(sorted(tests_labels(tests, n)))})")
