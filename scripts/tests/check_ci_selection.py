@@ -61,9 +61,9 @@ def main():
         expect(f"{name} in CI", name in in_ci, True)
     for name in ("regression.kill_loop_50", "fuzz.checkpoint_readers_asan_40000"):
         expect(f"{name} outside CI", name in outside, True)
-    quick_outside = [n for n, l in tests if "quick" in l and l & OUTSIDE_CI]
-    for n in quick_outside:
-        problems.append(f"{n} is labelled quick but is left out of CI ({', '.join(sorted(tests_labels(tests, n)))})")
+    for n, l in tests:
+        if "quick" in l and l & OUTSIDE_CI:
+            problems.append(f"{n} is labelled quick but is left out of CI ({', '.join(sorted(l))})")
     if problems:
         for p in problems:
             print("ci-selection:", p)
@@ -71,10 +71,6 @@ def main():
     print(f"ci-selection: as documented: {len(in_ci)} tests in CI, {len(outside)} outside "
           f"(10 of 40 HSDP mesh cases, {grid_rows} + {len(runtime['rows'])} array rows, {product} runtime product cases outside)")
     return 0
-
-
-def tests_labels(tests, name):
-    return next(l for n, l in tests if n == name)
 
 
 if __name__ == "__main__":
