@@ -36,6 +36,9 @@ Then, measured and bounded, not bitwise:
     ring): how far its averaged gradients and its trajectory are from the rank-order mean. This is
     a report; it is expected to differ in the last bits.
 
+All PyTorch trainings run in one pool of max-W gloo processes, started once (importing torch costs
+each process seconds); a W-rank training runs on ranks 0..W-1 over its own dist.new_group.
+
 Usage: ground_truth.py --mfsdp BUILD/mfsdp --dump BUILD/.../torch_ground_truth_dump --work DIR
 Exit code 1 on any bitwise difference or a bound exceeded; prints "N passed, M failed".
 """
@@ -290,13 +293,37 @@ def make_optimizers(params, tied=False, moe=False):
     return muon, adamw, slices
 
 
-def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", tied=False, moe=False):
-    """mode "rank_order": grads all-gathered and averaged in rank order; "ddp": stock DDP.
-    precision "bf16": forward/backward on bf16 copies of the fp32 masters (rank_order only)."""
+class Job:
+    """One PyTorch training: its world size, how gradients are averaged (mode "rank_order":
+    all-gathered and summed in rank order; "ddp": stock DDP), and the model's options."""
+
+    def __init__(self, world_size, mode="rank_order", precision="fp32", tied=False, moe=False):
+        self.world_size, self.mode, self.precision, self.tied, self.moe = world_size, mode, precision, tied, moe
+
+    def tag(self):
+        return (f"{self.mode}_{self.precision}{'_tied' if self.tied else ''}{'_moe' if self.moe else ''}"
+                f"_w{self.world_size}")
+
+
+def pool_main(rank, world_size, store_path, out_dir, jobs):
+    """One gloo process of a pool that runs every job in turn: a job at W ranks runs on ranks
+    0..W-1 over a group of its own (dist.new_group, which every process enters), the others wait.
+    Importing torch is most of a small training's time here, so the processes start once."""
     torch.set_num_threads(1)  # as the deterministic mode's one intra-op thread per rank
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"  # loopback only
     # A file store: no TCP port to pick (a port found free can be taken before the store binds it).
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world_size)
+    for job in jobs:
+        group = dist.new_group(ranks=list(range(job.world_size)))
+        if rank < job.world_size:
+            train_rank(rank, group, job, os.path.join(out_dir, f"torch_{job.tag()}.pt"))
+    dist.destroy_process_group()
+
+
+def train_rank(rank, group, job, out_path):
+    """One rank of one job. precision "bf16": forward/backward on bf16 copies of the fp32 masters
+    (rank_order only)."""
+    world_size, mode, precision, tied, moe = job.world_size, job.mode, job.precision, job.tied, job.moe
     data = corpus_bytes()
     init = init_params(SEED, tied, moe)
     if moe:  # the functional model on plain leaves (Tiny's modules have no experts)
@@ -306,7 +333,7 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
         model = Tiny(functional=True, tied=tied)
         model.load_state_dict(init)
         params = dict(model.named_parameters())
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if mode == "ddp" else None
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group) if mode == "ddp" else None
     muon, adamw, slices = make_optimizers(params, tied, moe)
     losses, grads_per_step = [], []
     for step in range(STEPS):
@@ -325,7 +352,7 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
         if mode == "rank_order":
             for p in params.values():
                 parts = [torch.empty_like(p.grad) for _ in range(world_size)]
-                dist.all_gather(parts, p.grad.contiguous())
+                dist.all_gather(parts, p.grad.contiguous(), group=group)
                 acc = parts[0].clone()
                 for r in range(1, world_size):
                     acc.add_(parts[r])
@@ -338,7 +365,7 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
         adamw.step()
         local = torch.tensor([float(loss.item())], dtype=torch.float64)
         gathered = [torch.empty_like(local) for _ in range(world_size)]
-        dist.all_gather(gathered, local)
+        dist.all_gather(gathered, local, group=group)
         mean = 0.0
         for g in gathered:  # rank_agreement.cpp's mean_over_ranks: rank order, then / W
             mean += g.item()
@@ -346,7 +373,7 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
     # Every rank must end with the same parameters (replicas).
     flat = torch.cat([p.detach().reshape(-1) for p in params.values()])
     copies = [torch.empty_like(flat) for _ in range(world_size)]
-    dist.all_gather(copies, flat)
+    dist.all_gather(copies, flat, group=group)
     replicas_equal = all(torch.equal(c.view(torch.int32), flat.view(torch.int32)) for c in copies)
     if rank == 0:
         state = {}
@@ -364,21 +391,20 @@ def rank_main(rank, world_size, store_path, out_path, mode, precision="fp32", ti
             state[k] = torch.stack([state[k][e] for e in sorted(state[k])])
         torch.save({"losses": losses, "params": {n: p.detach().clone() for n, p in params.items()}, "state": state,
                     "grads": grads_per_step, "replicas_equal": replicas_equal}, out_path)
-    dist.destroy_process_group()
 
 
-def train_torch(world_size, work, mode, attempts=3, precision="fp32", tied=False, moe=False):
-    """The PyTorch side over gloo processes. A process that dies (a crash of the gloo processes
-    themselves, seen once in a loaded CI run as `terminate called without an active exception`)
-    is retried, said, up to `attempts` times: the comparison itself is never retried, and a
-    deterministic failure fails every attempt."""
-    tag = f"{mode}_{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}_w{world_size}"
-    out = os.path.join(work, f"torch_{tag}.pt")
+def train_torch(jobs, work, attempts=3):
+    """The PyTorch side: every job over one pool of gloo processes, as many as the largest job's
+    W. A process that dies (a crash of the gloo processes themselves, seen once in a loaded CI run
+    as `terminate called without an active exception`) is retried, said, up to `attempts` times:
+    the comparison itself is never retried, and a deterministic failure fails every attempt.
+    Returns each job's results by its tag."""
+    world_size = max(job.world_size for job in jobs)
     for attempt in range(1, attempts + 1):
-        store = os.path.join(work, f"store_{tag}_{attempt}")
+        store = os.path.join(work, f"store_pool_{attempt}")
         try:
-            mp.spawn(rank_main, args=(world_size, store, out, mode, precision, tied, moe), nprocs=world_size, join=True)
-            return torch.load(out)
+            mp.spawn(pool_main, args=(world_size, store, work, jobs), nprocs=world_size, join=True)
+            return {job.tag(): torch.load(os.path.join(work, f"torch_{job.tag()}.pt")) for job in jobs}
         except mp.ProcessExitedException as e:
             if attempt == attempts:
                 raise
@@ -514,11 +540,16 @@ def main():
     runs = [(p, w, False, False) for p in args.precisions.split(",") for w in world_sizes]
     runs += [(t.split(":")[0], int(t.split(":")[1]), True, False) for t in args.tied.split(",") if t]
     runs += [(t.split(":")[0], int(t.split(":")[1]), False, True) for t in args.moe.split(",") if t]
+    jobs = [Job(W, "rank_order", precision, tied, moe) for precision, W, tied, moe in runs]
+    if 3 in world_sizes and "fp32" in args.precisions.split(","):
+        jobs.append(Job(3, "ddp"))
+    print(f"PyTorch: {len(jobs)} trainings over one pool of {max(j.world_size for j in jobs)} gloo processes")
+    trained = train_torch(jobs, args.work)
     for precision, W, tied, moe in runs:
         flags = (" --tie-embeddings" if tied else "") + (f" --experts {EXPERTS} --top-k {TOP_K}" if moe else "")
         print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}{', experts' if moe else ''}: torch.optim.Muon/AdamW "
               f"over {W} gloo process(es), rank-order mean, vs mfsdp train --param-dtype {precision}{flags}:")
-        theirs = train_torch(W, args.work, "rank_order", precision=precision, tied=tied, moe=moe)
+        theirs = trained[Job(W, "rank_order", precision, tied, moe).tag()]
         got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
@@ -538,7 +569,7 @@ def main():
             check_idiomatic(tally, init, "initial", data)
             check_idiomatic(tally, got["params"], "final", data)
         if W == 3:
-            ddp = train_torch(W, args.work, "ddp")
+            ddp = trained[Job(3, "ddp").tag()]
             exact = theirs["grads"]
             rows = []
             for s in range(STEPS):
