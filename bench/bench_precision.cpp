@@ -16,18 +16,28 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
 namespace mfsdp {
 namespace {
 
-// Measured steps per case: 10, or MFSDP_BENCH_ITERATIONS (the ctest smoke run takes 1).
-int measured_steps() {
-  const char* env = std::getenv("MFSDP_BENCH_ITERATIONS");
-  const int n = env ? std::atoi(env) : 10;
-  return n >= 1 ? n : 10;
+// Steps per case from the environment: MFSDP_BENCH_ITERATIONS measured steps (default 10) after
+// MFSDP_BENCH_WARMUP warm-up steps (default 2). The ctest smoke run takes 1 and 0: on a CPU without
+// bf16 matmul instructions one bf16 step of this model takes over 15 s.
+int env_steps(const char* name, int fallback, int least) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (*env == '\0' || *end != '\0' || n < least || n > 1000) {
+    std::fprintf(stderr, "bench_precision: %s=\"%s\" is not an integer in [%d, 1000]\n", name, env, least);
+    std::exit(2);
+  }
+  return static_cast<int>(n);
 }
-const int kIterations = measured_steps();
+const int kIterations = env_steps("MFSDP_BENCH_ITERATIONS", 10, 1);
+const int kWarmup = env_steps("MFSDP_BENCH_WARMUP", 2, 0);
 
 void BM_Precision(benchmark::State& state) {
   const int W = static_cast<int>(state.range(0));
@@ -51,8 +61,8 @@ void BM_Precision(benchmark::State& state) {
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     Communicator comm(ctx.backend);
     OwnerRuntime rt(plan, comm, options, init);
-    for (int it = -2; it < kIterations; ++it) {  // two warm-up steps
-      auto [tokens, targets] = corpus.batch(0, it + 2, ctx.rank, /*batch=*/4, /*seq=*/128);
+    for (int it = -kWarmup; it < kIterations; ++it) {  // warm-up steps, then the measured ones
+      auto [tokens, targets] = corpus.batch(0, it + kWarmup, ctx.rank, /*batch=*/4, /*seq=*/128);
       ctx.backend->barrier()->wait();
       if (it == 0) comm.reset_counters();
       const auto t0 = std::chrono::steady_clock::now();
