@@ -23,8 +23,9 @@ namespace mfsdp {
 namespace {
 
 // Steps per case from the environment: MFSDP_BENCH_ITERATIONS measured steps (default 10) after
-// MFSDP_BENCH_WARMUP warm-up steps (default 2). The ctest smoke run takes 1 and 0: on a CPU without
-// bf16 matmul instructions one bf16 step of this model takes over 15 s.
+// MFSDP_BENCH_WARMUP warm-up steps (default 2), of MFSDP_BENCH_SEQ tokens per sequence (default
+// 128). The ctest smoke run takes 1, 0 and 32: on a CPU without bf16 matmul instructions one bf16
+// step of the 128-token model takes over 15 s.
 int env_steps(const char* name, int fallback, int least) {
   const char* env = std::getenv(name);
   if (env == nullptr) return fallback;
@@ -38,6 +39,7 @@ int env_steps(const char* name, int fallback, int least) {
 }
 const int kIterations = env_steps("MFSDP_BENCH_ITERATIONS", 10, 1);
 const int kWarmup = env_steps("MFSDP_BENCH_WARMUP", 2, 0);
+const int kSeq = env_steps("MFSDP_BENCH_SEQ", 128, 1);
 
 void BM_Precision(benchmark::State& state) {
   const int W = static_cast<int>(state.range(0));
@@ -62,7 +64,7 @@ void BM_Precision(benchmark::State& state) {
     Communicator comm(ctx.backend);
     OwnerRuntime rt(plan, comm, options, init);
     for (int it = -kWarmup; it < kIterations; ++it) {  // warm-up steps, then the measured ones
-      auto [tokens, targets] = corpus.batch(0, it + kWarmup, ctx.rank, /*batch=*/4, /*seq=*/128);
+      auto [tokens, targets] = corpus.batch(0, it + kWarmup, ctx.rank, /*batch=*/4, /*seq=*/kSeq);
       ctx.backend->barrier()->wait();
       if (it == 0) comm.reset_counters();
       const auto t0 = std::chrono::steady_clock::now();

@@ -108,7 +108,7 @@ void BM_Layout(benchmark::State& state) {
       ctx.backend->barrier()->wait();
       auto t1 = std::chrono::steady_clock::now();
       for (size_t u = 0; u < units.size(); ++u) units[u]->reduce_to_owner(grads[u], mode);
-      for (auto& unit : units) unit->finish_reduction();
+      for (auto& unit : units) unit->finish_reduction(/*divisor=*/ctx.world_size);  // the mean
       ctx.backend->barrier()->wait();
       auto t2 = std::chrono::steady_clock::now();
       if (ctx.rank == 0 && it >= 0) {

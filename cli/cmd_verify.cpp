@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 namespace mfsdp::cli {
@@ -21,7 +22,11 @@ struct VerifyArgs {
   int world_size = 2;
   std::string placement = "owner";
   RunOptions run;
-  StepArgs step{.steps = 10, .batch = 2, .seq = 16, .seed = 0, .timeout_s = 60, .groups = {}};
+  StepArgs step = [] {
+    StepArgs s;
+    s.steps = 10, s.batch = 2, s.seq = 16;
+    return s;
+  }();
   bool json = false;
 };
 
@@ -40,7 +45,13 @@ void report(const VerifyArgs& a, const TrainConfig& config, int world_size, cons
                              {"steps", a.step.steps}, {"loss_runtime", v.loss_runtime}, {"loss_oracle", v.loss_oracle},
                              {"world_size", world_size}, {"planner", a.run.planner}, {"tail_policy", a.run.tail_policy},
                              {"optimizer", a.run.optimizer}, {"placement", a.placement},
-                             {"reduce", a.run.fast ? "fast" : "deterministic"}};
+                             {"reduce", a.run.fast ? "fast" : "deterministic"}, {"grad_accum", a.step.grad_accum},
+                             {"grad_reduce", to_string(a.step.grad_reduce)}};
+    if (a.step.max_norm) {
+      j["max_norm"] = *a.step.max_norm;
+      j["grad_norm_runtime"] = v.grad_norm_runtime;
+      j["grad_norm_oracle"] = v.grad_norm_oracle;
+    }
     if (a.run.fast)
       j["fast_tolerance"] = {{"steps_judged", judged}, {"max_param_abs", v.fast.max_param_abs},
                              {"bound_param_abs", v.tolerance.max_param_abs}, {"max_loss_rel", v.fast.max_loss_rel},
@@ -58,16 +69,30 @@ void report(const VerifyArgs& a, const TrainConfig& config, int world_size, cons
                                 to_string(r.step_mode) + " step)").c_str()
                              : "",
               a.step.steps);
-  std::printf("%5s %22s %22s\n", "step", "loss (runtime)", "loss (oracle)");
-  for (size_t s = 0; s < v.loss_runtime.size(); ++s)
-    std::printf("%5zu %22.17g %22.17g%s\n", s + 1, v.loss_runtime[s], v.loss_oracle[s],
-                v.loss_runtime[s] == v.loss_oracle[s] ? "" : "  DIFFERS");
+  if (a.step.grad_accum > 1)
+    std::printf("gradient accumulation: %d micro-batches of %lld sequence(s) per rank and step, %s reduction\n", a.step.grad_accum,
+                static_cast<long long>(a.step.batch), to_string(a.step.grad_reduce));
+  if (a.step.max_norm)
+    std::printf("clipping: every gradient scaled by min(1, %g / (norm + 1e-6)), the norm over all mean gradients (phase "
+                "grad_norm)\n", *a.step.max_norm);
+  const bool norms = !v.grad_norm_runtime.empty() && v.grad_norm_runtime.size() == v.grad_norm_oracle.size() &&
+                     v.grad_norm_runtime.size() == v.loss_runtime.size();
+  std::printf("%5s %22s %22s%s\n", "step", "loss (runtime)", "loss (oracle)",
+              norms ? "    grad norm (runtime)     grad norm (oracle)" : "");
+  for (size_t s = 0; s < v.loss_runtime.size(); ++s) {
+    const bool same = v.loss_runtime[s] == v.loss_oracle[s] &&
+                      (!norms || std::memcmp(&v.grad_norm_runtime[s], &v.grad_norm_oracle[s], sizeof(double)) == 0);
+    std::printf("%5zu %22.17g %22.17g", s + 1, v.loss_runtime[s], v.loss_oracle[s]);
+    if (norms) std::printf(" %22.9g %22.9g", v.grad_norm_runtime[s], v.grad_norm_oracle[s]);
+    std::printf("%s\n", same ? "" : "  DIFFERS");
+  }
   auto sent = [](const std::array<PhaseCounters, kNumPhases>& b, Phase p) { return static_cast<long long>(b[phase_index(p)].bytes_sent); };
-  std::printf("bytes in the last step (rank 0, sent): %s unshard %lld, grad_reduce %lld, optimizer_step %lld | "
-              "oracle grad_reduce %lld, optimizer_step %lld\n",
+  std::printf("bytes in the last step (rank 0, sent): %s unshard %lld, grad_reduce %lld, grad_norm %lld, optimizer_step %lld "
+              "(%lld calls) | oracle grad_reduce %lld, optimizer_step %lld\n",
               a.placement.c_str(), sent(v.runtime_bytes, Phase::unshard), sent(v.runtime_bytes, Phase::grad_reduce),
-              sent(v.runtime_bytes, Phase::optimizer_step), sent(v.oracle_bytes, Phase::grad_reduce),
-              sent(v.oracle_bytes, Phase::optimizer_step));
+              sent(v.runtime_bytes, Phase::grad_norm), sent(v.runtime_bytes, Phase::optimizer_step),
+              static_cast<long long>(v.runtime_bytes[phase_index(Phase::optimizer_step)].calls),
+              sent(v.oracle_bytes, Phase::grad_reduce), sent(v.oracle_bytes, Phase::optimizer_step));
   std::printf("%s: every parameter after every step and every loss %s (max |diff| %g, max ULP %g)\n",
               v.bitwise_equal ? "BITWISE EQUAL" : "NOT EQUAL", v.bitwise_equal ? "match" : "do not all match", v.max_abs_diff,
               v.max_ulp);

@@ -111,8 +111,21 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
 
 void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps) {
   cmd->add_option("--steps", a.steps, "Training steps")->check(CLI::Range(min_steps, 1000000));
-  cmd->add_option("--batch", a.batch, "Sequences per rank per step")->check(CLI::Range(1, 4096));
+  cmd->add_option("--batch", a.batch, "Sequences per rank per micro-batch (a step has --grad-accum of them)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", a.seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
+  cmd->add_option("--grad-accum", a.grad_accum,
+                  "Gradient accumulation: micro-batches per step, each its own token-mean loss; the step's gradient is "
+                  "their sum over micro-batches and ranks divided once by W K (default 1)")
+      ->check(CLI::Range(1, kMaxGradAccum));
+  add_enum_option(cmd, "--grad-reduce", a.grad_reduce, kGradReduceNames,
+                  "With --grad-accum, the order micro-batches' gradients are added in (per-microbatch: each reduced to "
+                  "the owners, who add the sums; deferred: each rank adds its own in fp32 and reduces once, more memory "
+                  "and fewer collectives)");
+  cmd->add_option("--max-norm", a.max_norm,
+                  "Global gradient-norm clipping, as torch's clip_grad_norm_: every gradient scaled by "
+                  "min(1, X / (norm + 1e-6)), the norm over all parameters' mean gradients logged every step (finite, > 0; "
+                  "default: no clipping)");
   cmd->add_option("--seed", a.seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a.timeout_s, "Seconds before a collective or a lost rank fails the run")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a.groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
@@ -122,6 +135,12 @@ void apply_step_options(const StepArgs& a, TrainConfig& c) {
   c.steps = a.steps;
   c.batch = a.batch;
   c.seq = a.seq;
+  c.grad_accum = a.grad_accum;
+  c.runtime.grad_reduce = a.grad_reduce;
+  if (a.max_norm) {
+    TORCH_CHECK(std::isfinite(*a.max_norm) && *a.max_norm > 0, "--max-norm must be a finite number > 0, got ", *a.max_norm);
+    c.runtime.max_norm = *a.max_norm;
+  }
   c.seed = a.seed;
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
   check_groups(c);

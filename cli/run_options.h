@@ -64,16 +64,19 @@ struct RunOptionSet {
 void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set = {});
 
 // The length and inputs of a run (train, verify): --steps (at least `min_steps`), --batch, --seq,
-// --seed, --timeout-s, --group.
+// --grad-accum, --grad-reduce, --max-norm, --seed, --timeout-s, --group.
 struct StepArgs {
   int steps = 20;
   int64_t batch = 4, seq = 32;
+  int grad_accum = 1;
+  GradReduce grad_reduce = GradReduce::per_microbatch;
+  std::optional<double> max_norm;  // clipping; unset: none
   uint64_t seed = 0;
   int timeout_s = 60;
   std::vector<std::string> groups;  // PATTERN:lr=X:wd=Y
 };
 void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps);
-// Sets steps, batch, seq, seed and the parameter groups (checked against the model) of `c`.
+// Sets steps, batch, seq, accumulation, clipping, seed and the parameter groups (checked against the model) of `c`.
 void apply_step_options(const StepArgs& a, TrainConfig& c);
 
 // --lr (the matrix optimizer's; with --optimizer adamw, AdamW's), --adamw-lr (embeddings, head, 1-D

@@ -18,7 +18,7 @@ namespace {
 class DdpRunner final : public DdpOracle {
  public:
   DdpRunner(const TransformerModel& model, Communicator& comm, const RuntimeOptions& options, const ParamMap& init)
-      : DdpOracle(model, comm, options, init, options.precision, options.replicas), rank_(comm.rank()) {}
+      : DdpOracle(model, comm, options, init, {options.precision, options.replicas, options.grad_reduce, options.max_norm}), rank_(comm.rank()) {}
 
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig&) override {
     FullState full = read_full_state(checkpoint);

@@ -11,7 +11,10 @@ namespace mfsdp {
 
 Trajectory to_trajectory(TrainResult result) {
   Trajectory t;
-  for (const auto& m : result.steps) t.local_losses.push_back(m.local_loss);
+  for (const auto& m : result.steps) {
+    t.local_losses.push_back(m.local_loss);
+    if (m.grad_norm) t.grad_norms.push_back(*m.grad_norm);
+  }
   if (!result.steps.empty()) t.last_step_bytes = result.steps.back().bytes;
   t.params = std::move(result.params_per_step);
   return t;
@@ -43,12 +46,20 @@ Comparison compare(const Trajectory& control, const Trajectory& experiment) {
     fail(0, "steps", "different numbers of steps");
     return c;
   }
+  if (control.grad_norms.size() != experiment.grad_norms.size()) {
+    fail(0, "grad norm", "clipping norms of " + std::to_string(control.grad_norms.size()) + " vs " +
+                             std::to_string(experiment.grad_norms.size()) + " steps");
+    return c;
+  }
   for (size_t s = 0; s < control.params.size(); ++s) {
     const double a = control.local_losses[s], b = experiment.local_losses[s];
     if (std::memcmp(&a, &b, sizeof(double)) != 0) {
       c.max_abs_diff = std::max(c.max_abs_diff, std::fabs(a - b));
       fail(static_cast<int>(s) + 1, "loss", "loss " + std::to_string(a) + " vs " + std::to_string(b));
     }
+    if (s < control.grad_norms.size() && std::memcmp(&control.grad_norms[s], &experiment.grad_norms[s], sizeof(double)) != 0)
+      fail(static_cast<int>(s) + 1, "grad norm",
+           "grad norm " + std::to_string(control.grad_norms[s]) + " vs " + std::to_string(experiment.grad_norms[s]));
     for (const auto& [name, want] : control.params[s]) {
       auto it = experiment.params[s].find(name);
       if (it == experiment.params[s].end()) {

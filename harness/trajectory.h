@@ -13,6 +13,7 @@ namespace mfsdp {
 // What one rank saw over a run: its local loss per step and the full parameters after each step.
 struct Trajectory {
   std::vector<double> local_losses;
+  std::vector<double> grad_norms;  // clipping: each step's total norm before clipping; else empty
   std::vector<ParamMap> params;
   std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
 };
@@ -30,11 +31,11 @@ struct Comparison {
   double max_abs_diff = 0;
   uint64_t max_ulp = 0;
   int first_bad_step = -1;  // 1-based
-  std::string first_bad;    // "loss" or a parameter name
+  std::string first_bad;    // "loss", "grad norm" or a parameter name
   std::string detail;
 };
 
-// Compares every loss and every parameter after every step, bit for bit.
+// Compares every loss, every clipping norm and every parameter after every step, bit for bit.
 Comparison compare(const Trajectory& control, const Trajectory& experiment);
 
 // Fast mode (native reduce, any summation order) is not bitwise; it is held to a tolerance model

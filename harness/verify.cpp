@@ -35,6 +35,8 @@ VerifyVerdict verify_against_oracle(RankContext& ctx, const TrainConfig& config)
   }
   v.loss_runtime = mean_over_ranks(comm, owner.local_losses);
   v.loss_oracle = mean_over_ranks(comm, oracle.local_losses);
+  v.grad_norm_runtime = owner.grad_norms;
+  v.grad_norm_oracle = oracle.grad_norms;
   v.tolerance = fast_tolerance(config.runtime.optimizer, config.runtime.precision.reduce_dtype);
   v.runtime_bytes = owner.last_step_bytes;
   v.oracle_bytes = oracle.last_step_bytes;

@@ -25,6 +25,9 @@ struct VerifyVerdict {
   bool within_tolerance() const { return fast.within(tolerance); }
   // The mean loss over ranks per step, of the placement and of the oracle.
   std::vector<double> loss_runtime, loss_oracle;
+  // Clipping: the total gradient norm before clipping per step (this rank's; every rank's is the
+  // same, and compared bit for bit with the rest), of the placement and of the oracle.
+  std::vector<double> grad_norm_runtime, grad_norm_oracle;
   // This rank's bytes per phase in the last step.
   std::array<PhaseCounters, kNumPhases> runtime_bytes{}, oracle_bytes{};
   // This rank's first difference (empty when it saw none).

@@ -1,5 +1,6 @@
 #include "oracle/ddp_oracle.h"
 
+#include "core/runtime/clipping.h"
 #include "core/runtime/reduction.h"
 #include "core/train/replica.h"
 
@@ -14,8 +15,10 @@
 namespace mfsdp {
 
 DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options,
-                     const ParamMap& init, PrecisionPolicy precision, int replicas)
-    : model_(model), comm_(comm), precision_(precision), replicas_(replicas) {
+                     const ParamMap& init, OracleStep step)
+    : model_(model), comm_(comm), step_(step), accumulation_(step.grad_reduce) {
+  const int replicas = step.replicas;
+  if (step.max_norm != 0) check_max_norm(step.max_norm, "oracle");
   TORCH_CHECK(replicas >= 1 && comm.world_size() % replicas == 0, "oracle: ", replicas,
               " replicas do not divide the world size ", comm.world_size());
   for (const ParamSpec& p : model.spec().params) {
@@ -26,21 +29,28 @@ DdpOracle::DdpOracle(const TransformerModel& model, Communicator& comm, const Op
 }
 
 PlacementRunner::Gradients DdpOracle::forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
-                                                        const std::function<void()>& before_backward) {
+                                                        const std::function<void()>& before_backward,
+                                                        const MicroBatch& micro_batch) {
   Gradients r;
   ParamMap local;
-  auto t0 = replica_forward_backward(model_, params_, precision_, tokens, targets, before_backward, local, r);
-  const int W = comm_.world_size();
-  {
+  auto t0 = replica_forward_backward(model_, params_, step_.precision, tokens, targets, before_backward, local, r);
+  if (accumulation_.keep(local, params_, micro_batch)) {
+    const int W = comm_.world_size();
     PhaseScope phase(comm_, Phase::grad_reduce);
     for (const std::string& name : order_) {
-      const at::Tensor& g = local.at(name);  // in the reduce dtype
+      const at::Tensor g = local.at(name).to(step_.precision.reduce_dtype);  // the wire dtype
       at::Tensor all = at::empty({W * g.numel()}, g.options());
       at::Tensor flat = g.reshape({-1});
       comm_.allgather(all, flat)->wait();
       std::vector<at::Tensor> parts;
       for (int rank = 0; rank < W; ++rank) parts.push_back(all.narrow(0, rank * g.numel(), g.numel()).view(g.sizes()));
-      grads_[name] = mean_in_mesh_order(parts, replicas_, params_.at(name).scalar_type());  // a master gradient
+      // a master gradient, at the last micro-batch
+      grads_[name] = accumulation_.reduced(name, parts, step_.replicas, params_.at(name).scalar_type(), micro_batch);
+    }
+    if (micro_batch.last() && step_.max_norm > 0) {
+      std::vector<at::Tensor> grads;
+      for (const std::string& name : order_) grads.push_back(grads_.at(name));
+      grad_norm_ = clip_full_gradients(grads, step_.max_norm).item<double>();
     }
   }
   r.backward_s = seconds_since(t0);
@@ -49,6 +59,11 @@ PlacementRunner::Gradients DdpOracle::forward_backward(const at::Tensor& tokens,
 
 PlacementRunner::Update DdpOracle::update() {
   Update r;
+  r.grad_norm = grad_norm_;
+  if (grad_norm_ && !std::isfinite(*grad_norm_)) {  // the runtime's rule: such a step is not taken
+    r.skipped = r.non_finite_norm = true;
+    return r;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   {
     PhaseScope phase(comm_, Phase::optimizer_step);

@@ -12,27 +12,42 @@
 #include "core/plan/precision.h"
 #include "core/train/model.h"
 #include "core/train/placement.h"
+#include "core/train/replica.h"
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace mfsdp {
 
+// How the oracle's step adds and scales gradients, the runtime's settings:
+//   precision    float32 masters, computed on the policy's copies, as the runtime does; the
+//                reduction is the runtime's (float32 accumulation in rank order)
+//   replicas     average in HSDP's mesh order (reduction.h: mean_in_mesh_order) for a runtime run
+//                on `replicas` groups of W / replicas ranks; 1 is the rank order
+//   grad_reduce  the order micro-batches' gradients are added in when a step has several
+//                (core/runtime/reduction.h)
+//   max_norm     global gradient-norm clipping of the mean gradients (core/runtime/clipping.h),
+//                on the full gradients every rank holds: no collective; 0 is none
+struct OracleStep {
+  PrecisionPolicy precision;
+  int replicas = 1;
+  GradReduce grad_reduce = GradReduce::per_microbatch;
+  double max_norm = 0;
+};
+
 class DdpOracle : public PlacementRunner {
  public:
-  // `precision`: the oracle keeps float32 masters and computes on the policy's copies, as the
-  // runtime does; the reduction is the runtime's (float32 accumulation in rank order).
-  // `replicas`: average in HSDP's mesh order (reduction.h: mean_in_mesh_order) for a runtime
-  // run on `replicas` groups of W / replicas ranks; 1 is the rank order.
   DdpOracle(const TransformerModel& model, Communicator& comm, const OptimizerOptions& options, const ParamMap& init,
-            PrecisionPolicy precision = {}, int replicas = 1);
+            OracleStep step = {});
 
-  // Forward and backward of this rank's batch; the gradients averaged over ranks (phase
-  // grad_reduce, timed as backward).
+  // Forward and backward of this rank's micro-batch; the gradients averaged over ranks (phase
+  // grad_reduce, timed as backward) after the last micro-batch, added in the mode's order, then
+  // clipped (max_norm).
   Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
-                             const std::function<void()>& before_backward) override;
-  // Every rank updates every parameter.
+                             const std::function<void()>& before_backward, const MicroBatch& micro_batch) override;
+  // Every rank updates every parameter; a non-finite clipping norm skips the update (reported).
   Update update() override;
   ParamMap full_params() override;
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
@@ -46,8 +61,9 @@ class DdpOracle : public PlacementRunner {
  private:
   const TransformerModel& model_;
   Communicator& comm_;
-  PrecisionPolicy precision_;
-  int replicas_ = 1;
+  OracleStep step_;
+  ReplicaAccumulation accumulation_;
+  std::optional<double> grad_norm_;  // the last step's total norm before clipping (max_norm > 0)
   ParamMap params_, grads_;
   std::vector<std::string> order_;  // parameter names in model order: the collective order
   std::unordered_map<std::string, std::unique_ptr<TensorOptimizer>> optimizers_;

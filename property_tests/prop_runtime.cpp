@@ -181,7 +181,7 @@ struct Move : rc::state::Command<LifecycleModel, System> {
         case UnitState::revived: sut.unit->revive(); break;
         case UnitState::reducing: sut.unit->reduce_to_owner(sut.zero_grads, ReduceMode::deterministic); break;
         case UnitState::sharded:
-          if (model.state == UnitState::reducing) sut.unit->finish_reduction();
+          if (model.state == UnitState::reducing) sut.unit->finish_reduction(/*divisor=*/1);  // zero gradients: any divisor
           else if (model.state == UnitState::pinned) sut.unit->release();
           else sut.unit->reshard(/*keep_for_backward=*/false);
           break;

@@ -174,7 +174,7 @@ TEST_P(Reshard, ContinuingAtAnotherWorldSizeOrPlannerBitMatchesTheOracleFromTheS
     TrainConfig oracle = write;
     oracle.checkpoint_dir.clear();
     train_loop(ctx, oracle, [&](const TransformerModel& model, Communicator& comm, const ParamMap& init) {
-      auto o = std::make_unique<DdpOracle>(model, comm, oracle.runtime, init, oracle.runtime.precision);
+      auto o = std::make_unique<DdpOracle>(model, comm, oracle.runtime, init, OracleStep{oracle.runtime.precision});
       const DdpOracle* seen = o.get();
       if (ctx.rank == 0)
         oracle_snapshot_ = [&, seen] {

@@ -125,8 +125,8 @@ class BypassingRunner : public PlacementRunner {
  public:
   BypassingRunner(std::unique_ptr<PlacementRunner> inner, Communicator& comm) : inner_(std::move(inner)), comm_(comm) {}
   Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
-                             const std::function<void()>& before_backward) override {
-    return inner_->forward_backward(tokens, targets, before_backward);
+                             const std::function<void()>& before_backward, const MicroBatch& micro_batch) override {
+    return inner_->forward_backward(tokens, targets, before_backward, micro_batch);
   }
   Update update() override {
     Update r = inner_->update();

@@ -165,7 +165,7 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
     runner->forward_backward(tokens, targets, [&] {
       backward_from = tracer->calls().size();
       counter.backward_begins();
-    });
+    }, MicroBatch{});
     runner->update();
     trace.compute = counter.stages();
   }

@@ -27,6 +27,7 @@ const char* to_string(Phase phase) {
     case Phase::checkpoint: return "checkpoint";
     case Phase::other: return "other";
     case Phase::update_broadcast: return "update_broadcast";
+    case Phase::grad_norm: return "grad_norm";
   }
   TORCH_INTERNAL_ASSERT(false, "unknown Phase");
 }

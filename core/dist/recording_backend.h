@@ -21,8 +21,10 @@ namespace mfsdp {
 
 // update_broadcast: HSDP's dedup step mode sending each stepped matrix to the other replicas
 // (core/runtime/owner_runtime.h); last so the older phases keep their indices.
-enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other, update_broadcast };
-constexpr int kNumPhases = 6;
+// grad_norm: the global gradient norm of clipping (core/runtime/clipping.h), between the reduction
+// and the step.
+enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other, update_broadcast, grad_norm };
+constexpr int kNumPhases = 7;
 const char* to_string(Phase phase);
 // Where `phase` sits in a per-phase array (std::array<..., kNumPhases>): arrays are indexed by name.
 constexpr size_t phase_index(Phase phase) { return static_cast<size_t>(phase); }

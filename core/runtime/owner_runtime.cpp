@@ -1,6 +1,7 @@
 #include "core/runtime/owner_runtime.h"
 
 #include "core/plan/planner.h"
+#include "core/runtime/clipping.h"
 #include "core/runtime/reduction.h"
 
 #include <ATen/ops/cat.h>
@@ -103,6 +104,8 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     units_.push_back(std::make_unique<Unit>(plan_, u, comm_, options_.device, options_.unshard, options_.precision));
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
   }
+  local_sums_.resize(plan_.units().size());
+  reduced_sums_.resize(plan_.units().size());
   last_borrower_.assign(plan_.units().size(), -1);
   lent_views_.resize(plan_.shards().size());
   for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u)
@@ -207,9 +210,54 @@ void OwnerRuntime::revive_unit(int u) {
   comm_.mark("backward", u);  // autograd computes unit u's backward from here
 }
 
+void OwnerRuntime::begin_micro_batch(const MicroBatch& mb) {
+  TORCH_CHECK(mb.count >= 1 && mb.index >= 0 && mb.index < mb.count, "runtime: rank ", comm_.rank(), ": micro-batch ",
+              mb.index, " of ", mb.count, " does not exist");
+  const bool in_order = mb.first() ? (micro_.last() || !micro_finished_)
+                                   : (mb.count == micro_.count && mb.index == micro_.index + 1 && micro_finished_);
+  TORCH_CHECK(in_order, "runtime: rank ", comm_.rank(), ": micro-batch ", mb.index, " of ", mb.count, " after micro-batch ",
+              micro_.index, " of ", micro_.count, micro_finished_ ? "" : " whose backward has not finished",
+              " (micro-batches run in order, each forward after the previous backward)");
+  TORCH_CHECK(mb.first() || reduced_sums_.size() == units_.size(), "runtime: internal: sums lost");
+  if (mb.count > 1) {
+    for (const MatrixShard& s : plan_.shards())
+      TORCH_CHECK(accumulation_dtype(s.dtype) == s.dtype, "runtime: rank ", comm_.rank(), ": gradient accumulation needs ",
+                  "float32 masters, but '", s.name, "' is ", c10::toString(s.dtype),
+                  " (a bf16 compute policy over float32 masters accumulates: --param-dtype bf16)");
+  }
+  for (auto& unit : units_)
+    TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": micro-batch ", mb.index,
+                " begins while unit '", unit->name(), "' is ", to_string(unit->state()));
+  micro_ = mb;
+  micro_finished_ = false;
+}
+
 void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads) {
-  units_.at(u)->reduce_to_owner(full_grads, options_.reduce);
+  Unit& unit = *units_.at(u);
   reduce_order_.push_back(u);
+  if (!deferred()) {
+    unit.reduce_to_owner(full_grads, options_.reduce);
+    return;
+  }
+  // Deferred accumulation: this rank's gradients, each upcast to the accumulation dtype, added to
+  // its own sums; the sums are reduced once, after the last micro-batch.
+  std::vector<at::Tensor>& sums = local_sums_.at(u);
+  sums.resize(full_grads.size());
+  for (size_t k = 0; k < full_grads.size(); ++k) {
+    const MatrixShard& s = plan_.shards()[unit.shards()[k]];
+    const c10::ScalarType acc = accumulation_dtype(s.dtype);
+    const at::Tensor g = full_grads[k].defined()  // undefined: the parameter took no part
+                             ? full_grads[k]
+                             : at::zeros(s.shape, at::TensorOptions().dtype(acc).device(options_.device));
+    accumulate(sums[k], g, micro_.first(), acc);
+  }
+  if (!micro_.last()) {
+    unit.keep_gradients_local();
+    return;
+  }
+  std::vector<at::Tensor> totals = std::move(sums);
+  sums.clear();
+  unit.reduce_to_owner(totals, options_.reduce);
 }
 
 void OwnerRuntime::queue_final_callback() {
@@ -220,7 +268,10 @@ void OwnerRuntime::queue_final_callback() {
 
 void OwnerRuntime::finish_backward() {
   finish_reductions();
+  micro_finished_ = true;
+  if (!micro_.last()) return;
   check_finite_gradients();
+  if (options_.max_norm > 0) clip_gradients();
 }
 
 void OwnerRuntime::finish_reductions() {
@@ -231,8 +282,27 @@ void OwnerRuntime::finish_reductions() {
               "last backward; it must not run twice)");
   callback_queued_ = false;
   for (at::Tensor& v : lent_views_) v = at::Tensor();  // the graph that held them is done
-  for (int u : reduce_order_) units_[u]->finish_reduction(/*divide=*/replicas_.shard_group_divides());
-  replicas_.combine(units_, comm_);
+  // The divisor of the step's mean: the mesh's W, times K under accumulation. Per micro-batch the
+  // sums are added first and divided after the last one; deferred, nothing was reduced before it.
+  const int64_t divisor = static_cast<int64_t>(comm_.world_size()) * replicas_.replicas() * micro_.count;
+  const bool per_micro_batch = micro_.count > 1 && options_.grad_reduce == GradReduce::per_microbatch;
+  if (deferred() && !micro_.last()) {
+    for (int u : reduce_order_) units_[u]->finish_reduction(0);  // kept local: nothing in flight
+  } else {
+    const int64_t step_divisor = per_micro_batch ? 0 : divisor;
+    for (int u : reduce_order_) units_[u]->finish_reduction(replicas_.shard_group_divides() ? step_divisor : 0);
+    replicas_.combine(units_, comm_, step_divisor);
+  }
+  if (per_micro_batch) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      at::Tensor& g = units_[u]->segment_grad();
+      accumulate(reduced_sums_[u], g, micro_.first(), accumulation_dtype(g.scalar_type()));
+      if (micro_.last()) {
+        g.copy_(divide_sum(std::move(reduced_sums_[u]), divisor, g.scalar_type()));
+        reduced_sums_[u] = at::Tensor();
+      }
+    }
+  }
   reduce_order_.clear();
   forward_order_.clear();
   for (auto& unit : units_) {
@@ -272,17 +342,86 @@ void OwnerRuntime::check_finite_gradients() {
   }
 }
 
+void OwnerRuntime::clip_gradients() {
+  // Each parameter's norm on the one rank of the mesh that holds its mean gradient whole: an owned
+  // parameter on its owner; a split one (even shards, expert ranges) on rank 0 of the shard group,
+  // gathered there by one reduce(SUM) of a buffer in which every rank wrote its own rows and zeros
+  // elsewhere (x + 0 = x: exact). HSDP: only the replica that counts a shard (ReplicaSync::counts)
+  // contributes it. The P-vector is all-reduced by SUM, exact since each entry is non-zero on one
+  // rank only; every rank then takes the same total and scales every gradient it holds.
+  PhaseScope phase(comm_, Phase::grad_norm);
+  const std::vector<MatrixShard>& shards = plan_.shards();
+  const int P = static_cast<int>(shards.size()), me = comm_.rank();
+  const c10::ScalarType dtype = shards.at(0).dtype;
+  for (const MatrixShard& s : shards)
+    TORCH_CHECK(s.dtype == dtype, "runtime: clipping needs every master in one dtype, but '", s.name, "' is ",
+                c10::toString(s.dtype), " and '", shards[0].name, "' ", c10::toString(dtype));
+  std::vector<at::Tensor> norms(P);
+  std::vector<int> split;
+  int64_t split_numel = 0;
+  for (int i = 0; i < P; ++i) {
+    if (!replicas_.counts(i)) continue;
+    const MatrixShard& s = shards[i];
+    if (s.owned()) {
+      if (s.owner == me) norms[i] = parameter_norm(local_grad(s.name));
+      continue;
+    }
+    split.push_back(i);
+    split_numel += s.numel();
+  }
+  if (!split.empty()) {
+    at::Tensor whole = at::zeros({split_numel}, at::TensorOptions().dtype(dtype).device(options_.device));
+    int64_t at = 0;
+    for (int i : split) {
+      const MatrixShard& s = shards[i];
+      const ShardSlice* mine = s.slice_on(me);
+      if (mine && mine->rows > 0)
+        whole.narrow(0, at + mine->row_begin * s.row_numel(), mine->rows * s.row_numel())
+            .copy_(local_grad(s.name).reshape({-1}));
+      at += s.numel();
+    }
+    if (comm_.world_size() > 1) comm_.reduce_sum(whole, 0)->wait();
+    at = 0;
+    for (int i : split) {
+      const MatrixShard& s = shards[i];
+      if (me == 0) norms[i] = parameter_norm(whole.narrow(0, at, s.numel()).view(s.shape));
+      at += s.numel();
+    }
+  }
+  at::Tensor vector = at::zeros({P}, at::TensorOptions().dtype(dtype).device(options_.device));
+  for (int i = 0; i < P; ++i)
+    if (norms[i].defined()) vector.select(0, i).copy_(norms[i]);
+  at::Tensor on_control = vector.to(comm_.control_device());
+  comm_.allreduce_sum(on_control)->wait();
+  replicas_.sum_over_replicas(on_control, Phase::grad_norm);
+  const at::Tensor total = total_norm(on_control.to(options_.device));
+  const at::Tensor coef = clip_coefficient(total, options_.max_norm);
+  for (auto& unit : units_) unit->segment_grad().mul_(coef);
+  pending_report_.grad_norm = total.item<double>();
+  pending_report_.non_finite_norm = !std::isfinite(*pending_report_.grad_norm);
+}
+
 StepReport OwnerRuntime::step() {
   PhaseScope phase(comm_, Phase::optimizer_step);
   for (auto& unit : units_) {
     TORCH_CHECK(unit->state() == UnitState::sharded, "runtime: rank ", comm_.rank(), ": step() while unit '",
                 unit->name(), "' is ", to_string(unit->state()), " (run backward to completion first)");
   }
+  TORCH_CHECK(micro_.last() && (micro_finished_ || micro_.count == 1), "runtime: rank ", comm_.rank(), ": step() after micro-batch ", micro_.index,
+              " of ", micro_.count, micro_finished_ ? "" : " whose backward has not finished",
+              " (the optimizer runs once per step, after the last micro-batch's backward)");
   StepReport report = pending_report_;
   if (!report.non_finite_parameter.empty()) {
     TORCH_CHECK(options_.non_finite == NonFinitePolicy::skip, "runtime: rank ", comm_.rank(),
                 ": non-finite gradient in parameter '", report.non_finite_parameter,
                 "'; the step was not taken (use the skip policy to skip such steps)");
+    report.skipped = true;
+    return report;
+  }
+  if (report.non_finite_norm) {
+    TORCH_CHECK(options_.non_finite == NonFinitePolicy::skip, "runtime: rank ", comm_.rank(), ": the global gradient norm is ",
+                *report.grad_norm, " though every gradient is finite (their squares overflowed); the step was not taken "
+                "(use the skip policy to skip such steps)");
     report.skipped = true;
     return report;
   }

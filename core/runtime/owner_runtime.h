@@ -15,9 +15,15 @@
 //                                        //     collectives, 0 bytes (a baseline's even-matrix
 //                                        //     step gathers)
 //                                        //   ReplicaSync::broadcast_updates (HSDP dedup)
-// Clipping goes between finish_backward and step (it needs every owner's mean gradient and
-// changes them before any optimizer reads them); the schedule sets the step's learning rates
-// before step_optimizers.
+// Gradient accumulation (docs/accumulation.md): rt.begin_micro_batch({m, K}) before each
+// micro-batch's forward; finish_backward of every micro-batch but the last leaves the step
+// unfinished (per micro-batch: the owners add the micro-batch's sums; deferred: nothing was
+// reduced, every rank added its gradients locally), and the last one leaves the owners holding
+// the step's mean, the non-finite check done. step() refuses to run before that.
+// Clipping (options.max_norm) ends the last micro-batch's finish_backward, after the non-finite
+// check: clip_gradients takes every owner's mean gradient and scales them all before any
+// optimizer reads them, in a phase of its own (grad_norm); the step stays communication-free.
+// The schedule sets the step's learning rates before step_optimizers.
 #pragma once
 
 #include "core/dist/communicator.h"
@@ -26,6 +32,7 @@
 #include "core/optim/optimizer_routing.h"
 #include "core/runtime/even_matrix_step.h"
 #include "core/runtime/param_map.h"
+#include "core/runtime/reduction.h"
 #include "core/runtime/replica_sync.h"
 #include "core/runtime/unit.h"
 #include "core/util/enum_names.h"
@@ -59,6 +66,12 @@ struct RuntimeOptions : OptimizerOptions {
   // order on every rank, so results are bitwise those without prefetch.
   bool prefetch = false;
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
+  // Global gradient-norm clipping (core/runtime/clipping.h): after the last micro-batch's
+  // reduction, every gradient is scaled to a total 2-norm of at most max_norm (phase grad_norm).
+  // 0: no clipping, and no norm computed.
+  double max_norm = 0;
+  // How micro-batches' gradients are added when a step has several (core/runtime/reduction.h).
+  GradReduce grad_reduce = GradReduce::per_microbatch;
   // Compute and reduce dtypes over the plan's masters (core/plan/precision.h); the default
   // computes in the masters' float32.
   PrecisionPolicy precision;
@@ -75,6 +88,9 @@ struct RuntimeOptions : OptimizerOptions {
 struct StepReport {
   bool skipped = false;
   std::string non_finite_parameter;  // set when a non-finite gradient was found
+  // Clipping: the total gradient norm before clipping (every rank the same value); unset without.
+  std::optional<double> grad_norm;
+  bool non_finite_norm = false;  // every gradient finite, their norm not (it overflowed)
 };
 
 // The runtime's collectives (unshard, revive, reduce_to_owner, the non-finite flag, the
@@ -101,6 +117,11 @@ class OwnerRuntime {
   // Unshards unit `u` and returns its parameters as full tensors connected to autograd, with the
   // tied parameters it borrows from earlier units (the same views those units' unshard returned:
   // autograd sums every use's gradient before the lender's reduction).
+  // The micro-batch whose forward comes next (index 0 of 1 when never called): in order, 0..K-1,
+  // each after the previous one's backward; K > 1 needs float32 masters (the accumulation dtype).
+  void begin_micro_batch(const MicroBatch& micro_batch);
+  const MicroBatch& micro_batch() const { return micro_; }
+
   ParamMap unshard(int u);
   // Pins (or keeps) unit `u` after its forward and hooks `output` so backward revives `u` first.
   at::Tensor after_forward(int u, const at::Tensor& output);
@@ -143,6 +164,7 @@ class OwnerRuntime {
   // The stages of finish_backward and step (the header's comment).
   void finish_reductions();
   void check_finite_gradients();
+  void clip_gradients();
   void step_optimizers();
   void reduce_unit(int u, const std::vector<at::Tensor>& full_grads);
   void revive_unit(int u);
@@ -169,6 +191,14 @@ class OwnerRuntime {
   // full view its unit's unshard returned, handed to the borrowers until the backward ends.
   std::vector<int> last_borrower_;
   std::vector<at::Tensor> lent_views_;
+  // Gradient accumulation: the micro-batch running, whether its backward finished, and the sums
+  // carried between micro-batches: deferred, per unit this rank's own full gradients (accumulation
+  // dtype, the unit's parameter order); per micro-batch, per unit the owners' reduced sums.
+  MicroBatch micro_;
+  bool micro_finished_ = false;
+  bool deferred() const { return options_.grad_reduce == GradReduce::deferred && micro_.count > 1; }
+  std::vector<std::vector<at::Tensor>> local_sums_;
+  std::vector<at::Tensor> reduced_sums_;
 };
 
 }  // namespace mfsdp

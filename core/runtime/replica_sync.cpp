@@ -7,6 +7,13 @@
 #include <c10/util/Exception.h>
 
 namespace mfsdp {
+namespace {
+// The replicas' partial sums added in replica order: divided once by `divisor`, or (0) not.
+at::Tensor combined(const std::vector<at::Tensor>& partials, int64_t divisor, c10::ScalarType dtype) {
+  if (divisor > 0) return mean_of_partial_sums(partials, divisor, dtype);
+  return sum_in_rank_order(partials, accumulation_dtype(dtype));
+}
+}  // namespace
 
 ReplicaSync::ReplicaSync(const OwnershipPlan& plan, Communicator* replicate, StepMode step_mode, OptimizerKind optimizer,
                          ReduceMode reduce)
@@ -19,12 +26,11 @@ ReplicaSync::ReplicaSync(const OwnershipPlan& plan, Communicator* replicate, Ste
     step_replica_ = dedup_step_replicas(plan_, replicate_->world_size(), optimizer, OptimizerCostConfig{});
 }
 
-void ReplicaSync::combine(std::vector<std::unique_ptr<Unit>>& units, Communicator& shard_comm) {
+void ReplicaSync::combine(std::vector<std::unique_ptr<Unit>>& units, Communicator& shard_comm, int64_t divisor) {
   if (mode_ == ReplicaSyncMode::none) return;
   PhaseScope phase(shard_comm, Phase::grad_reduce);
   PhaseScope rphase(*replicate_, Phase::grad_reduce);
   const int R = replicate_->world_size();
-  const int64_t W = static_cast<int64_t>(R) * plan_.world_size();
   const bool fast = reduce_ == ReduceMode::fast;
   // Deterministic dedup: only the stepping replica needs a shard's mean, so one all-to-all per unit
   // sends each replica's partial sums of a shard to its stepper alone ((R-1)/R of the segment sent
@@ -70,7 +76,7 @@ void ReplicaSync::combine(std::vector<std::unique_ptr<Unit>>& units, Communicato
     at::Tensor& g = units[u]->segment_grad();
     if (g.numel() == 0) continue;
     if (fast) {
-      g.div_(static_cast<double>(W));
+      if (divisor > 0) g.div_(static_cast<double>(divisor));
       continue;
     }
     if (to_stepper) {
@@ -81,20 +87,20 @@ void ReplicaSync::combine(std::vector<std::unique_ptr<Unit>>& units, Communicato
         const int64_t n = grad.numel();
         std::vector<at::Tensor> partials;
         for (int r = 0; r < R; ++r) partials.push_back(received[u].narrow(0, r * n_mine + offset, n));
-        grad.view({-1}).copy_(mean_of_partial_sums(partials, W, grad.scalar_type()));
+        grad.view({-1}).copy_(combined(partials, divisor, grad.scalar_type()));
         offset += n;
       }
       continue;
     }
     std::vector<at::Tensor> partials;
     for (int r = 0; r < R; ++r) partials.push_back(received[u].narrow(0, r * g.numel(), g.numel()));
-    g.copy_(mean_of_partial_sums(partials, W, g.scalar_type()));
+    g.copy_(combined(partials, divisor, g.scalar_type()));
   }
 }
 
-void ReplicaSync::sum_over_replicas(at::Tensor& flags) {
+void ReplicaSync::sum_over_replicas(at::Tensor& flags, Phase phase) {
   if (!replicate_) return;
-  PhaseScope rphase(*replicate_, Phase::grad_reduce);
+  PhaseScope rphase(*replicate_, phase);
   replicate_->allreduce_sum(flags)->wait();
 }
 

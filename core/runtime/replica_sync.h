@@ -45,10 +45,17 @@ class ReplicaSync {
   const std::vector<int>& step_replicas() const { return step_replica_; }
 
   // After the shard group's reduction (every unit's reduction finished): the stepping replicas'
-  // segment gradients hold the step's mean. `shard_comm`'s phase is set alongside (grad_reduce).
-  void combine(std::vector<std::unique_ptr<Unit>>& units, Communicator& shard_comm);
-  // Sums `flags` (one entry per rank of the whole mesh) over the replicate group, in place.
-  void sum_over_replicas(at::Tensor& flags);
+  // segment gradients hold the sum over the mesh divided once by `divisor` (W for the step's mean;
+  // W K under deferred accumulation), or with divisor 0 the sum itself (per-micro-batch
+  // accumulation divides after the last micro-batch). `shard_comm`'s phase is set alongside
+  // (grad_reduce).
+  void combine(std::vector<std::unique_ptr<Unit>>& units, Communicator& shard_comm, int64_t divisor);
+  // Sums `flags` (one entry per rank of the whole mesh; or clipping's per-parameter norms) over the
+  // replicate group, in place, counted in `phase`.
+  void sum_over_replicas(at::Tensor& flags, Phase phase = Phase::grad_reduce);
+  // Whether this replica's shard group contributes plan shard `shard` to global sums over the mesh
+  // (clipping's norms): the stepping replica under dedup, replica 0 otherwise.
+  bool counts(int shard) const { return mode_ == ReplicaSyncMode::dedup ? steps(shard) : replica() == 0; }
   // After the step, under dedup: each stepped master goes from its stepping replica to the others.
   void broadcast_updates(std::vector<std::unique_ptr<Unit>>& units);
 

@@ -423,9 +423,21 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   }
 }
 
-void Unit::finish_reduction(bool divide) {
+void Unit::keep_gradients_local() {
+  TORCH_CHECK(!fill_in_flight(), "unit '", layout_.name, "' on rank ", rank_, ": gradients kept while its fill is in flight");
+  transition(UnitState::reducing);
+  free_gathered();
+  kept_local_ = true;
+}
+
+void Unit::finish_reduction(int64_t divisor) {
   TORCH_CHECK(state_ == UnitState::reducing, "unit '", layout_.name, "' on rank ", rank_,
               ": finish_reduction with no reduction in flight (state ", to_string(state_), ")");
+  if (kept_local_) {
+    kept_local_ = false;
+    transition(UnitState::sharded);
+    return;
+  }
   {
     PhaseScope phase(comm_, Phase::grad_reduce);
     for (auto& w : pending_) w->wait();
@@ -438,13 +450,13 @@ void Unit::finish_reduction(bool divide) {
       std::vector<at::Tensor> parts;
       for (int r = 0; r < W; ++r) parts.push_back(contributions_.narrow(0, r * mine, mine));
       // float32 accumulation whatever the wire dtype
-      if (divide) segment_grad_.copy_(mean_in_rank_order(parts, layout_.dtype));
-      else segment_grad_.copy_(sum_in_rank_order(parts, accumulation_dtype(layout_.dtype)));
+      at::Tensor sum = sum_in_rank_order(parts, accumulation_dtype(layout_.dtype));
+      segment_grad_.copy_(divisor > 0 ? divide_sum(std::move(sum), divisor, layout_.dtype) : sum);
     } else {
       at::Tensor sum = grad_flat_.narrow(0, layout_.segments[rank_].offset, mine);
       if (prefix_sum_.defined()) sum.narrow(0, 0, even_prefix_).copy_(prefix_sum_);
       at::Tensor native = sum.to(layout_.dtype);  // the native sum, divided in the master dtype
-      segment_grad_.copy_(divide ? native.div(static_cast<double>(W)) : native);
+      segment_grad_.copy_(divisor > 0 ? native.div(static_cast<double>(divisor)) : native);
     }
   }
   grad_flat_ = at::Tensor();

@@ -84,9 +84,15 @@ class Unit {
   bool fill_in_flight() const { return !fill_works_.empty() || fill_pending_; }
   void release();                                      // pinned -> sharded (no backward will come)
   void reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode mode);  // -> reducing
-  // reducing -> sharded; segment_grad_ set to the mean over this group's ranks, or with
-  // divide = false to their sum (in the master dtype: HSDP combines replicas' sums, then divides).
-  void finish_reduction(bool divide = true);
+  // Deferred gradient accumulation, before the last micro-batch: the caller kept this backward's
+  // gradients in its local sums; the unit moves to reducing with nothing in flight (gathered
+  // storage released), and finish_reduction leaves segment_grad_ as it is.
+  void keep_gradients_local();                                                        // -> reducing
+  // reducing -> sharded; segment_grad_ set to the sum over this group's ranks divided once by
+  // `divisor` (the group's size for the plain step's mean; W K under deferred accumulation), or,
+  // with divisor 0, to the sum itself (in the master dtype: HSDP combines replicas' sums, and
+  // per-micro-batch accumulation adds micro-batches' sums, before dividing).
+  void finish_reduction(int64_t divisor);
 
   // Fresh full-view tensors of the unit's parameters (parameter order) over the current storage.
   // Valid to read while unsharded or revived.
@@ -153,6 +159,7 @@ class Unit {
   ReduceMode reduce_mode_ = ReduceMode::deterministic;
   std::vector<c10::intrusive_ptr<c10d::Work>> pending_;
   at::Tensor grad_flat_, contributions_, prefix_sum_;
+  bool kept_local_ = false;  // keep_gradients_local: nothing to finish but the state
 };
 
 }  // namespace mfsdp

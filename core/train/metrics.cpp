@@ -19,12 +19,17 @@ std::string describe_run(const TrainConfig& c, int world_size, const std::string
   const std::string mesh = r.replicas > 1 ? " HSDP " + std::to_string(r.replicas) + " x " + std::to_string(world_size / r.replicas) +
                                                 " (" + to_string(r.step_mode) + " step),"
                                           : "";
+  const std::string accumulation =
+      c.grad_accum > 1 ? format(" (%d micro-batches of %lld x %lld, %s reduction)", c.grad_accum,
+                                static_cast<long long>(c.batch), static_cast<long long>(c.seq), to_string(r.grad_reduce))
+                       : std::string();
+  const std::string clipping = r.max_norm > 0 ? format(", gradient norm clipped at %g", r.max_norm) : std::string();
   return format("placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
-                "precision %s over fp32 masters,%s %d steps of %lld x %lld tokens per rank",
+                "precision %s over fp32 masters,%s %d steps of %lld x %lld tokens per rank%s%s",
                 to_string(c.placement), world_size, device.c_str(), backend.c_str(), to_string(c.planner.planner),
                 to_string(c.planner.tail_policy), to_string(r.optimizer), to_string(r.reduce), r.prefetch ? ", prefetch" : "",
-                to_string(r.precision).c_str(), mesh.c_str(), c.steps, static_cast<long long>(c.batch),
-                static_cast<long long>(c.seq));
+                to_string(r.precision).c_str(), mesh.c_str(), c.steps, static_cast<long long>(c.grad_accum * c.batch),
+                static_cast<long long>(c.seq), accumulation.c_str(), clipping.c_str());
 }
 
 std::string progress_line(const StepMetrics& m, int total_steps) {
@@ -39,8 +44,11 @@ std::string progress_line(const StepMetrics& m, int total_steps) {
                             human_bytes(of(m, Phase::grad_reduce).bytes_sent).c_str(),
                             human_bytes(opt.bytes_sent + opt.bytes_recv).c_str(), static_cast<long long>(opt.calls));
   if (update.calls != 0) line += "  update broadcast " + human_bytes(update.bytes_sent + update.bytes_recv);
+  if (m.grad_norm) line += format("  grad norm %.4g", *m.grad_norm);
   line += "  | resident " + human_bytes(m.resident_bytes) + "  peak gathered " + human_bytes(m.peak_gathered_bytes);
-  if (m.skipped) line += "  SKIPPED: non-finite gradient in " + m.non_finite_parameter;
+  if (m.skipped)
+    line += m.non_finite_norm ? std::string("  SKIPPED: non-finite gradient norm (every gradient finite)")
+                              : "  SKIPPED: non-finite gradient in " + m.non_finite_parameter;
   return line;
 }
 
@@ -49,6 +57,7 @@ nlohmann::ordered_json metrics_row(const StepMetrics& m) {
                            {"backward_ms", 1e3 * m.backward_s}, {"optimizer_ms", 1e3 * m.optimizer_s},
                            {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
                            {"skipped", m.skipped}};
+  if (m.grad_norm) j["grad_norm"] = *m.grad_norm;  // before clipping; null when not finite
   if (!m.checkpoint.empty()) j["checkpoint"] = {{"dir", m.checkpoint}, {"ms", 1e3 * m.checkpoint_s}};
   for (int p = 0; p < kNumPhases; ++p) {
     const PhaseCounters& c = m.bytes[p];

@@ -47,8 +47,9 @@ class OwnerRunner : public PlacementRunner {
   }
 
   Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
-                             const std::function<void()>& before_backward) override {
+                             const std::function<void()>& before_backward, const MicroBatch& micro_batch) override {
     Gradients r;
+    rt_.begin_micro_batch(micro_batch);
     auto t0 = std::chrono::steady_clock::now();
     at::Tensor x = tokens;
     for (int u = 0; u < rt_.num_units(); ++u) {
@@ -60,7 +61,7 @@ class OwnerRunner : public PlacementRunner {
     r.loss = x.is_meta() ? 0.0 : x.item<double>();  // meta: a traced step (sim/trace.h)
     before_backward();
     t0 = std::chrono::steady_clock::now();
-    x.backward();  // ends in the runtime's finish_backward: owners hold the mean gradients
+    x.backward();  // ends in the runtime's finish_backward: after the last micro-batch owners hold the mean gradients
     r.backward_s = seconds_since(t0);
     return r;
   }
@@ -71,6 +72,8 @@ class OwnerRunner : public PlacementRunner {
     r.optimizer_s = seconds_since(t0);
     r.skipped = report.skipped;
     r.non_finite_parameter = report.non_finite_parameter;
+    r.grad_norm = report.grad_norm;
+    r.non_finite_norm = report.non_finite_norm;
     return r;
   }
   ParamMap full_params() override { return rt_.gather_full_params(); }

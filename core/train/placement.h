@@ -10,6 +10,7 @@
 #include "core/dist/communicator.h"
 #include "core/io/load_report.h"
 #include "core/runtime/param_map.h"
+#include "core/runtime/reduction.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +56,10 @@ using ResumeInfo = LoadReport;
 //                     grad_reduce)
 //   update            the optimizer step, and whatever brings every copy of the parameters up to
 //                     date (phases optimizer_step, update_broadcast)
-// train_loop calls them in that order once per step. What real runs add goes in as stages of
-// that loop: gradient accumulation calls forward_backward per micro-batch; clipping and the
-// learning-rate schedule run between the two.
+// train_loop calls forward_backward once per micro-batch of the step (MicroBatch: index m of K;
+// the reduction of the last one leaves the step's mean gradient, summed in the GradReduce mode's
+// order, core/runtime/reduction.h), then update once. Clipping and the learning-rate schedule run
+// between the two.
 class PlacementRunner {
  public:
   struct Gradients {
@@ -67,11 +70,13 @@ class PlacementRunner {
     double optimizer_s = 0;
     bool skipped = false;              // a non-finite gradient under the skip policy: nothing updated
     std::string non_finite_parameter;  // set when a non-finite gradient was found
+    std::optional<double> grad_norm;   // clipping: the step's total gradient norm before clipping
+    bool non_finite_norm = false;      // the norm was not finite though every gradient was
   };
   virtual ~PlacementRunner() = default;
   // `before_backward` runs between forward and backward.
   virtual Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
-                                     const std::function<void()>& before_backward) = 0;
+                                     const std::function<void()>& before_backward, const MicroBatch& micro_batch) = 0;
   virtual Update update() = 0;
   // Every parameter in full, as CPU copies (may communicate, in phase `other`).
   virtual ParamMap full_params() = 0;

@@ -3,6 +3,7 @@
 #include "core/dist/rank_agreement.h"
 #include "core/io/checkpoint.h"
 #include "core/io/checkpoint_dir.h"
+#include "core/runtime/clipping.h"
 #include "core/util/files.h"
 
 #include <ATen/ops/empty.h>
@@ -42,10 +43,13 @@ namespace {
 
 // This rank's data sampler: batches are a pure function of (seed, step, rank), so its state is
 // the next step and what the batches are drawn from.
+// With accumulation it also records K (absent for K = 1: such a sampler is the one before it).
 nlohmann::json sampler_json(const TrainConfig& config, const ByteCorpus& corpus, int rank, int world_size, int64_t next_step) {
-  return {{"seed", config.seed}, {"next_step", next_step}, {"rank", rank}, {"world_size", world_size},
-          {"batch", config.batch}, {"seq", config.seq}, {"corpus", corpus.path()}, {"corpus_bytes", corpus.size()},
-          {"corpus_crc32", corpus.crc32()}};
+  nlohmann::json j{{"seed", config.seed}, {"next_step", next_step}, {"rank", rank}, {"world_size", world_size},
+                   {"batch", config.batch}, {"seq", config.seq}, {"corpus", corpus.path()}, {"corpus_bytes", corpus.size()},
+                   {"corpus_crc32", corpus.crc32()}};
+  if (config.grad_accum != 1) j["grad_accum"] = config.grad_accum;
+  return j;
 }
 
 // Differences between the sampler a checkpoint recorded and this run's (allowed, but said).
@@ -63,6 +67,10 @@ std::vector<std::string> sampler_differences(const std::string& recorded_text, c
       out.push_back(std::string("sampler ") + key + " was " + recorded[key].dump() + ", is " + now[key].dump() +
                     " (the data stream differs from an uninterrupted run)");
   }
+  const nlohmann::json k_was = recorded.value("grad_accum", nlohmann::json(1)), k_is = now.value("grad_accum", nlohmann::json(1));
+  if (k_was != k_is)
+    out.push_back("gradient accumulation was " + k_was.dump() + " micro-batches per step, is " + k_is.dump() +
+                  " (the data stream differs from an uninterrupted run)");
   return out;
 }
 
@@ -163,6 +171,9 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
   TORCH_CHECK(config.steps >= 0, "train: steps must be >= 0");
   TORCH_CHECK(config.model.vocab >= 256, "train: the byte-level corpus needs a vocabulary of at least 256");
   TORCH_CHECK(config.checkpoint_every >= 0, "train: checkpoint_every must be >= 0");
+  TORCH_CHECK(config.grad_accum >= 1 && config.grad_accum <= kMaxGradAccum, "train: gradient accumulation needs 1 to ",
+              kMaxGradAccum, " micro-batches per step, got ", config.grad_accum);
+  if (config.runtime.max_norm != 0) check_max_norm(config.runtime.max_norm, "train");
   // One fact, one value: the plan is balanced for the optimizer the run steps with.
   TORCH_CHECK(config.planner.optimizer == config.runtime.optimizer, "train: the plan is balanced for ",
               to_string(config.planner.optimizer), " but the run steps with ", to_string(config.runtime.optimizer),
@@ -217,7 +228,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     m.step = step + 1;
     comm.reset_counters();
     for (Communicator* c : stepper->communicators()) c->reset_counters();
-    auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, config.batch, config.seq);
+    const int K = config.grad_accum;
+    auto [tokens, targets] = corpus.batch(config.seed, step, ctx.rank, K * config.batch, config.seq);
     if (!device.is_cpu()) tokens = tokens.to(device), targets = targets.to(device);
     auto before_backward = [&] {
       if (config.kill_rank_at_step && config.kill_rank_at_step->first == ctx.rank &&
@@ -225,16 +237,25 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
         kill(getpid(), SIGKILL);  // a rank lost mid-step, for the fault tests
       }
     };
-    // The step's stages, in order (docs/architecture.md, "The step as stages"): gradients of the
-    // batch reduced to where they are stepped, then the update.
-    const PlacementRunner::Gradients g = stepper->forward_backward(tokens, targets, before_backward);
-    m.local_loss = g.loss;
-    m.forward_s = g.forward_s;
-    m.backward_s = g.backward_s;
+    // The step's stages, in order (docs/architecture.md, "The step as stages"): per micro-batch,
+    // forward and backward and (per micro-batch mode) the reduction; after the last one every
+    // gradient is reduced to where it is stepped; then the update.
+    double loss_sum = 0;
+    for (int mi = 0; mi < K; ++mi) {
+      const auto rows = [&](const at::Tensor& t) { return K == 1 ? t : t.narrow(0, mi * config.batch, config.batch); };
+      const PlacementRunner::Gradients g =
+          stepper->forward_backward(rows(tokens), rows(targets), before_backward, MicroBatch{mi, K});
+      loss_sum = mi == 0 ? g.loss : loss_sum + g.loss;
+      m.forward_s += g.forward_s;
+      m.backward_s += g.backward_s;
+    }
+    m.local_loss = K == 1 ? loss_sum : loss_sum / K;
     const PlacementRunner::Update u = stepper->update();
     m.optimizer_s = u.optimizer_s;
     m.skipped = u.skipped;
     m.non_finite_parameter = u.non_finite_parameter;
+    m.grad_norm = u.grad_norm;
+    m.non_finite_norm = u.non_finite_norm;
     if (!config.checkpoint_dir.empty() && config.checkpoint_every > 0 &&
         (m.step % config.checkpoint_every == 0 || m.step == config.steps)) {
       const auto t0 = std::chrono::steady_clock::now();

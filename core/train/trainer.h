@@ -20,14 +20,22 @@
 
 namespace mfsdp {
 
+// The most micro-batches a step may have (--grad-accum).
+constexpr int kMaxGradAccum = 4096;
+
 struct TrainConfig {
   TransformerConfig model = preset_config("tiny");
   Placement placement = Placement::owner;  // set with apply_placement (harness/placements.h)
   PlannerOptions planner;
   RuntimeOptions runtime{training_defaults()};
   int steps = 20;
-  int64_t batch = 4;  // per rank
+  int64_t batch = 4;  // per rank and micro-batch
   int64_t seq = 32;
+  // Gradient accumulation: K micro-batches per step (docs/accumulation.md). Micro-batch m of step
+  // t on rank r is rows m*batch .. (m+1)*batch of the sampler's batch(seed, t, r, K*batch), so K
+  // micro-batches of b rows see the tokens of one batch of K*b. The order their gradients are
+  // added in is runtime.grad_reduce.
+  int grad_accum = 1;
   uint64_t seed = 0;
   std::string data;  // corpus path; empty = the default corpus
   // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
@@ -58,9 +66,9 @@ struct TrainConfig {
 
 struct StepMetrics {
   int step = 0;
-  double loss = 0;        // mean over ranks of each rank's micro-batch loss
-  double local_loss = 0;  // this rank's
-  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double loss = 0;        // mean over ranks of each rank's loss (in double, rank order)
+  double local_loss = 0;  // this rank's: the mean of its micro-batches' losses (in double, in order)
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;  // summed over micro-batches
   std::array<PhaseCounters, kNumPhases> bytes{};  // this rank, this step, as the Communicator counted them
   // The same step as the backend recorded it (every collective, also any that bypassed the
   // Communicator): per phase, calls must equal bytes[p].calls.
@@ -69,6 +77,10 @@ struct StepMetrics {
   int64_t peak_gathered_bytes = 0;
   bool skipped = false;
   std::string non_finite_parameter;
+  // Clipping (TrainConfig::runtime.max_norm): the step's total gradient norm before clipping, the
+  // same on every rank; non_finite_norm: it was not finite though every gradient was.
+  std::optional<double> grad_norm;
+  bool non_finite_norm = false;
   std::string checkpoint;  // committed after this step, if any
   double checkpoint_s = 0;
 };

@@ -49,6 +49,9 @@ FACTORS_DIFFERENTIAL = OrderedDict([
     ("experts", ["none", "moe", "moe_shared"]),     # moe_shared: block 0 dense, one shared expert
     ("expert_ranges", [0, 1, 2]),
     ("batched_ns", ["off", "on"]),
+    ("grad_accum", [1, 2, 3]),                      # micro-batches per step (docs/accumulation.md)
+    ("grad_reduce", ["per_microbatch", "deferred"]),  # the order micro-batches' gradients are added in
+    ("clip", ["off", "on"]),                        # global gradient-norm clipping (max norm 0.5)
 ])
 
 # Triples that must all appear (mixed strength 3 on these factors).
@@ -57,6 +60,9 @@ SUB_MODELS_DIFFERENTIAL = [
     ("placement", "optimizer", "tail"),
     ("experts", "tied", "precision"),
     ("mesh", "precision", "reduce"),
+    ("grad_accum", "grad_reduce", "W"),
+    ("clip", "mesh", "tail"),                       # the norm's owners: replicas, tail owners, even shards
+    ("clip", "placement", "experts"),               # gathered split parameters: even baselines, expert ranges
 ]
 
 
@@ -97,6 +103,8 @@ def feasible_differential(row):
         return False
     if has("placement", "batched_ns") and g("batched_ns") == "on" and g("placement") != "owner":
         return False
+    if has("grad_accum", "grad_reduce") and g("grad_accum") == 1 and g("grad_reduce") != "per_microbatch":
+        return False                                # one micro-batch: the two orders are one
     return True
 
 

@@ -22,6 +22,18 @@ The same again with tied embeddings (`mfsdp train --tie-embeddings`, fp32 at W =
 at W = 2): the head reuses embed.weight, whose .grad autograd sums over both uses before the
 rank-order mean; every loss, the 20 final parameters and the 26 state tensors bit for bit.
 
+The same again with gradient accumulation (`mfsdp train --grad-accum 4 --batch 1`, fp32 at W = 3
+per micro-batch and at W = 2 deferred, bf16 at W = 3 deferred): each micro-batch's loss its own
+token mean, the micro-batches' gradients added in the order of the mode (per micro-batch: each
+micro-batch's rank-order sum, added over micro-batches; deferred: each rank's micro-batches added
+in float32, then the rank-order sum), divided once by W K (docs/accumulation.md).
+
+The same again with global gradient-norm clipping (`mfsdp train --max-norm 0.5`, fp32 at W = 3,
+with 4 per-micro-batch micro-batches at W = 2, bf16 with 2 deferred micro-batches at W = 3, and
+experts at W = 3): torch.nn.utils.get_total_norm of the mean gradients in the model's parameter
+order, then clip_grads_with_norm_; every step's norm before clipping bit for bit besides losses,
+parameters and state.
+
 The same again with a mixture of experts (`mfsdp train --experts 4 --top-k 2`, fp32 at W = 3,
 bf16 at W = 2): every block's MLP a float32 router softmax, a stable top-2, tokens dispatched by a
 stable sort and gathers, and 3-D expert tensors [4, out, in]; torch.optim.Muon steps each expert's
@@ -297,12 +309,20 @@ class Job:
     """One PyTorch training: its world size, how gradients are averaged (mode "rank_order":
     all-gathered and summed in rank order; "ddp": stock DDP), and the model's options."""
 
-    def __init__(self, world_size, mode="rank_order", precision="fp32", tied=False, moe=False):
+    def __init__(self, world_size, mode="rank_order", precision="fp32", tied=False, moe=False, accum=None, clip=None):
         self.world_size, self.mode, self.precision, self.tied, self.moe = world_size, mode, precision, tied, moe
+        self.accum = accum  # None, or (K, "per-microbatch" | "deferred"): K micro-batches of BATCH / K
+        self.clip = clip    # None, or the max norm of torch.nn.utils' clipping
 
     def tag(self):
-        return (f"{self.mode}_{self.precision}{'_tied' if self.tied else ''}{'_moe' if self.moe else ''}"
-                f"_w{self.world_size}")
+        return run_tag(self.precision, self.tied, self.moe, self.accum, self.clip, self.world_size, self.mode)
+
+
+def run_tag(precision, tied, moe, accum, clip, world_size, mode=None):
+    acc = f"_k{accum[0]}_{accum[1]}" if accum else ""
+    acc += f"_clip{clip:g}" if clip else ""
+    return (f"{mode + '_' if mode else ''}{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}{acc}"
+            f"_w{world_size}")
 
 
 def pool_main(rank, world_size, store_path, out_dir, jobs):
@@ -335,35 +355,62 @@ def train_rank(rank, group, job, out_path):
         params = dict(model.named_parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group) if mode == "ddp" else None
     muon, adamw, slices = make_optimizers(params, tied, moe)
-    losses, grads_per_step = [], []
+    losses, grads_per_step, grad_norms = [], [], []
+    K, accum_mode = job.accum or (1, "per-microbatch")
+    b = BATCH // K
+
+    def rank_order_sum(g):  # all-gathered, summed in rank order in float32
+        parts = [torch.empty_like(g) for _ in range(world_size)]
+        dist.all_gather(parts, g.contiguous(), group=group)
+        acc = parts[0].clone()
+        for r in range(1, world_size):
+            acc.add_(parts[r])
+        return acc
+
     for step in range(STEPS):
-        tokens, targets = batch(data, SEED, step, rank, BATCH, SEQ)
-        for p in params.values():
-            p.grad = None
-        if precision == "bf16":
-            copies = {n: p.detach().to(torch.bfloat16).requires_grad_(True) for n, p in params.items()}
-            loss = functional_loss(copies, tokens, targets)
-            loss.backward()
-            for n, p in params.items():
-                p.grad = copies[n].grad.float()  # the reduce dtype: fp32
-        else:
-            loss = (ddp or model)(tokens, targets)
-            loss.backward()
-        if mode == "rank_order":
+        # Micro-batch m is rows m b .. (m + 1) b of the step's batch of K b (docs/accumulation.md).
+        all_tokens, all_targets = batch(data, SEED, step, rank, K * b, SEQ)
+        sums = {}  # per micro-batch: the reduced sums added up; deferred: this rank's gradients added up
+        micro_losses = []
+        for m in range(K):
+            tokens, targets = all_tokens[m * b:(m + 1) * b], all_targets[m * b:(m + 1) * b]
             for p in params.values():
-                parts = [torch.empty_like(p.grad) for _ in range(world_size)]
-                dist.all_gather(parts, p.grad.contiguous(), group=group)
-                acc = parts[0].clone()
-                for r in range(1, world_size):
-                    acc.add_(parts[r])
-                acc.div_(world_size)
-                p.grad = acc
+                p.grad = None
+            if precision == "bf16":
+                copies = {n: p.detach().to(torch.bfloat16).requires_grad_(True) for n, p in params.items()}
+                loss = functional_loss(copies, tokens, targets)
+                loss.backward()
+                for n, p in params.items():
+                    p.grad = copies[n].grad.float()  # the reduce dtype: fp32
+            else:
+                loss = (ddp or model)(tokens, targets)
+                loss.backward()
+            micro_losses.append(float(loss.item()))
+            if mode != "rank_order":
+                continue
+            for n, p in params.items():
+                add = rank_order_sum(p.grad) if accum_mode == "per-microbatch" else p.grad.float()
+                sums[n] = add.clone() if m == 0 else sums[n].add_(add)
+        if mode == "rank_order":
+            for n, p in params.items():
+                total = sums[n] if accum_mode == "per-microbatch" else rank_order_sum(sums[n])
+                p.grad = total.div_(world_size * K)
+        if job.clip:  # torch.nn.utils.clip_grad_norm_'s two halves, on every rank's identical mean gradients
+            plist = list(params.values())
+            norm = torch.nn.utils.get_total_norm([p.grad for p in plist], 2.0)
+            torch.nn.utils.clip_grads_with_norm_(plist, job.clip, norm)
+            grad_norms.append(float(norm.item()))
+        loss_value = micro_losses[0]
+        for x in micro_losses[1:]:  # the micro-batches' mean, in double, in order
+            loss_value += x
+        if K > 1:
+            loss_value /= K
         grads_per_step.append({n: p.grad.clone() for n, p in params.items()})
         for name, e, view in slices.values():
             view.grad = params[name].grad[e].contiguous()
         muon.step()
         adamw.step()
-        local = torch.tensor([float(loss.item())], dtype=torch.float64)
+        local = torch.tensor([loss_value], dtype=torch.float64)
         gathered = [torch.empty_like(local) for _ in range(world_size)]
         dist.all_gather(gathered, local, group=group)
         mean = 0.0
@@ -390,7 +437,7 @@ def train_rank(rank, group, job, out_path):
         for k in [k for k, v in state.items() if isinstance(v, dict)]:
             state[k] = torch.stack([state[k][e] for e in sorted(state[k])])
         torch.save({"losses": losses, "params": {n: p.detach().clone() for n, p in params.items()}, "state": state,
-                    "grads": grads_per_step, "replicas_equal": replicas_equal}, out_path)
+                    "grads": grads_per_step, "replicas_equal": replicas_equal, "grad_norms": grad_norms}, out_path)
 
 
 def train_torch(jobs, work, attempts=3):
@@ -420,16 +467,21 @@ def run(cmd):
     return r.stdout
 
 
-def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False):
-    d = os.path.join(work, f"mfsdp_{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}_w{world_size}")
+def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False, accum=None, clip=None):
+    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size))
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
+    K = accum[0] if accum else 1
     run([mfsdp, "train", "-w", str(world_size), "--launcher", "processes", "--steps", str(STEPS), "--seed", str(SEED),
-         "--batch", str(BATCH), "--seq", str(SEQ), "--metrics", metrics, "--checkpoint-dir", ck,
+         "--batch", str(BATCH // K), "--seq", str(SEQ), "--metrics", metrics, "--checkpoint-dir", ck,
          "--checkpoint-every", str(STEPS), "--param-dtype", precision] + (["--tie-embeddings"] if tied else []) +
-        (["--experts", str(EXPERTS), "--top-k", str(TOP_K)] if moe else []))
+        (["--experts", str(EXPERTS), "--top-k", str(TOP_K)] if moe else []) +
+        (["--grad-accum", str(K), "--grad-reduce", accum[1]] if accum else []) +
+        (["--max-norm", repr(clip)] if clip else []))
     run([mfsdp, "export", ck, "--out", model])
-    losses = [json.loads(line)["loss"] for line in open(metrics) if '"step"' in line]
+    rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
+    losses = [r["loss"] for r in rows]
+    grad_norms = [r["grad_norm"] for r in rows if "grad_norm" in r]
     step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
     layout = json.load(open(f"{step_dir}/layout.json"))
     pieces = {}  # (param, state) -> [(row_begin, tensor)]
@@ -448,7 +500,7 @@ def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False
         for o in rank.get("optimizers", []):
             if "step" in o.get("scalars", {}):
                 steps[o["param"]] = o["scalars"]["step"]
-    return {"losses": losses, "params": load_file(model), "state": state, "steps": steps}
+    return {"losses": losses, "params": load_file(model), "state": state, "steps": steps, "grad_norms": grad_norms}
 
 
 # ---- Comparison ---------------------------------------------------------------------------------
@@ -520,6 +572,12 @@ def main():
                     help="tied-embedding runs as precision:W (the head reuses embed.weight)")
     ap.add_argument("--moe", default="fp32:3,bf16:2",
                     help=f"mixture-of-experts runs as precision:W (--experts {EXPERTS} --top-k {TOP_K})")
+    ap.add_argument("--accum", default="fp32:3:4:per-microbatch,fp32:2:4:deferred,bf16:3:4:deferred",
+                    help=f"gradient-accumulation runs as precision:W:K:order (K micro-batches of {BATCH} / K sequences: "
+                         "the tokens of the plain runs)")
+    ap.add_argument("--clip", default="fp32:3:0.5,fp32:2:0.5:4:per-microbatch,bf16:3:0.5:2:deferred,fp32:3:0.5:moe",
+                    help="clipping runs as precision:W:MAX_NORM[:K:order | :moe] (torch.nn.utils.get_total_norm and "
+                         "clip_grads_with_norm_ on the mean gradients, after accumulation)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tally = Tally()
@@ -537,33 +595,50 @@ def main():
             mine[f"tokens.s{s}.r{r}"], mine[f"targets.s{s}.r{r}"] = batch(data, SEED, s, r, BATCH, SEQ)
     compare_dicts(tally, "every rank's batch of every step (ByteCorpus::batch)", mine, dumped)
 
-    runs = [(p, w, False, False) for p in args.precisions.split(",") for w in world_sizes]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False) for t in args.tied.split(",") if t]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True) for t in args.moe.split(",") if t]
-    jobs = [Job(W, "rank_order", precision, tied, moe) for precision, W, tied, moe in runs]
+    runs = [(p, w, False, False, None, None) for p in args.precisions.split(",") for w in world_sizes]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False, None, None) for t in args.tied.split(",") if t]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True, None, None) for t in args.moe.split(",") if t]
+    for t in filter(None, args.accum.split(",")):
+        precision, W, K, order = t.split(":")
+        runs.append((precision, int(W), False, False, (int(K), order), None))
+    for t in filter(None, args.clip.split(",")):
+        f = t.split(":")
+        moe = f[3:] == ["moe"]
+        runs.append((f[0], int(f[1]), False, moe, (int(f[3]), f[4]) if len(f) == 5 else None, float(f[2])))
+    jobs = [Job(W, "rank_order", precision, tied, moe, accum, clip) for precision, W, tied, moe, accum, clip in runs]
     if 3 in world_sizes and "fp32" in args.precisions.split(","):
         jobs.append(Job(3, "ddp"))
     print(f"PyTorch: {len(jobs)} trainings over one pool of {max(j.world_size for j in jobs)} gloo processes")
     trained = train_torch(jobs, args.work)
-    for precision, W, tied, moe in runs:
+    for precision, W, tied, moe, accum, clip in runs:
         flags = (" --tie-embeddings" if tied else "") + (f" --experts {EXPERTS} --top-k {TOP_K}" if moe else "")
-        print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}{', experts' if moe else ''}: torch.optim.Muon/AdamW "
+        flags += f" --grad-accum {accum[0]} --grad-reduce {accum[1]}" if accum else ""
+        flags += f" --max-norm {clip:g}" if clip else ""
+        print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}{', experts' if moe else ''}"
+              f"{f', {accum[0]} micro-batches ({accum[1]})' if accum else ''}"
+              f"{f', clipped at {clip:g} (get_total_norm, clip_grads_with_norm_)' if clip else ''}: torch.optim.Muon/AdamW "
               f"over {W} gloo process(es), rank-order mean, vs mfsdp train --param-dtype {precision}{flags}:")
-        theirs = trained[Job(W, "rank_order", precision, tied, moe).tag()]
-        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe)
+        theirs = trained[Job(W, "rank_order", precision, tied, moe, accum, clip).tag()]
+        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe, accum, clip)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
             a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
         tally.check(same_losses, f"losses of {STEPS} steps",
                     " ".join(float(x).hex() for x in got["losses"]) if same_losses else
                     f"mfsdp {got['losses']} vs torch {theirs['losses']}")
+        if clip:
+            same_norms = len(got["grad_norms"]) == STEPS and all(
+                float(a).hex() == b.hex() for a, b in zip(got["grad_norms"], theirs["grad_norms"]))
+            binds = sum(n > clip for n in theirs["grad_norms"])
+            tally.check(same_norms and binds > 0, f"gradient norms before clipping of {STEPS} steps ({binds} above {clip:g})",
+                        "" if same_norms else f"mfsdp {got['grad_norms']} vs torch {theirs['grad_norms']}")
         compare_dicts(tally, "final parameters (mfsdp export)", got["params"], theirs["params"])
         tensors = {k: v for k, v in theirs["state"].items() if not k.endswith("|step")}
         compare_dicts(tally, "final optimizer state (momentum_buffer, exp_avg, exp_avg_sq)", got["state"], tensors)
         torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
         tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
                     "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
-        if precision != "fp32" or tied or moe:
+        if precision != "fp32" or tied or moe or accum or clip:
             continue
         if W == 1:
             check_idiomatic(tally, init, "initial", data)
