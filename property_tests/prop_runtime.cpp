@@ -91,13 +91,21 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
     config.runtime.precision.reduce_dtype = *rc::gen::element(c10::kFloat, c10::kBFloat16);
     if (*rc::gen::arbitrary<bool>()) config.runtime.precision.output_dtype = c10::kFloat;
   }
+  // Sometimes gradient accumulation (K micro-batches of one sequence, either order) and sometimes
+  // clipping at a threshold that may or may not bind.
+  if (*rc::gen::inRange(0, 3) == 0) {
+    config.grad_accum = *rc::gen::inRange(2, 5);
+    config.runtime.grad_reduce = *rc::gen::element(GradReduce::per_microbatch, GradReduce::deferred);
+  }
+  if (*rc::gen::inRange(0, 3) == 0) config.runtime.max_norm = *rc::gen::element(1e-3, 0.1, 1.0, 1e3);
   // The drawn case in words (RapidCheck prints these with a failure; <???> alone says nothing).
   RC_LOG() << "W " << W << " = " << R << " x " << S << " " << to_string(config.runtime.step_mode) << ", "
            << to_string(config.placement) << ", " << to_string(config.runtime.optimizer) << ", tail "
            << to_string(config.planner.tail_policy) << ", expert_ranges " << config.planner.expert_ranges
            << (all_on_one ? ", every item on rank " + std::to_string(one) : std::string(", owners drawn"))
            << ", prefetch " << config.runtime.prefetch << ", precision " << to_string(config.runtime.precision)
-           << ", seq " << config.seq << ", seed " << config.seed << "; model: layers " << config.model.layers << ", heads "
+           << ", seq " << config.seq << ", seed " << config.seed << ", K " << config.grad_accum << " "
+           << to_string(config.runtime.grad_reduce) << ", max norm " << config.runtime.max_norm << "; model: layers " << config.model.layers << ", heads "
            << config.model.heads << "/" << config.model.kv_heads << ", hidden " << config.model.hidden << ", intermediate "
            << config.model.intermediate << ", qkv_bias " << config.model.qkv_bias << ", tied " << config.model.tie_embeddings
            << ", experts " << config.model.experts << " top " << config.model.top_k << " width " << config.model.moe_intermediate
@@ -106,6 +114,8 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   RC_TAG(to_string(config.runtime.precision));
   if (R > 1) RC_TAG(std::string("HSDP ") + to_string(config.runtime.step_mode));
   if (config.model.tie_embeddings) RC_TAG("tied embeddings");
+  if (config.grad_accum > 1) RC_TAG(std::string("accumulation ") + to_string(config.runtime.grad_reduce));
+  if (config.runtime.max_norm > 0) RC_TAG("clipping");
   if (config.model.experts > 0 && config.model.first_dense < config.model.layers) RC_TAG("experts");
 
   std::mutex m;

@@ -19,6 +19,7 @@
 //   - the norm's collectives run in phase grad_norm, the owner step stays at 0 calls;
 //   - a non-finite norm of finite gradients fails or skips the step on every rank together.
 #include "core/dist/ranks.h"
+#include "core/io/checkpoint.h"
 #include "core/plan/planner.h"
 #include "core/runtime/owner_runtime.h"
 #include "core/train/data.h"
@@ -34,9 +35,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <cstring>
 #include <mutex>
+
+#include <unistd.h>
 
 namespace mfsdp {
 namespace {
@@ -332,6 +336,101 @@ TEST(Clipping, ANonFiniteNormOfFiniteGradientsFailsOrSkipsTheStep) {
     });
     for (const std::string& f : failures) ADD_FAILURE() << f;
   }
+}
+
+// Checkpoints are step boundaries: the micro-batches' sums are never saved. A run of 3 steps
+// checkpointed and resumed for 3 more (K = 2 deferred, clipped, Shampoo with its roots refreshed
+// every 2 steps) equals the uninterrupted 6 steps bit for bit; resumed at W = 3 and at W = 5 with
+// K = 4 per micro-batch it equals the oracle resumed from the same checkpoint; and a checkpoint
+// asked for between micro-batches is refused before any collective.
+TEST(AccumulationCheckpoints, ResumeEqualsTheUninterruptedRunAndReshardsAtStepBoundaries) {
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("mfsdp_accum_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  struct Cleanup {
+    std::filesystem::path p;
+    ~Cleanup() { std::filesystem::remove_all(p); }
+  } cleanup{root};
+  auto config = [] {
+    TrainConfig c = tiny_config({.steps = 6, .batch = 1, .seed = 7, .optimizer = OptimizerKind::shampoo, .test_rates = true,
+                                 .precondition_frequency = 2});
+    c.grad_accum = 2;
+    c.runtime.grad_reduce = kDeferred;
+    c.runtime.max_norm = 0.5;
+    return c;
+  };
+  RanksOptions four;
+  four.world_size = 4;
+  four.timeout = std::chrono::seconds(120);
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  auto fail = [&](const std::string& f) {
+    std::lock_guard<std::mutex> lock(mutex);
+    failures.push_back(f);
+  };
+  run_ranks_as_threads(four, [&](RankContext& ctx) {
+    TrainConfig whole = config();
+    whole.record_params = true;
+    const Trajectory uninterrupted = to_trajectory(train_placement(ctx, whole));
+    TrainConfig first = config();
+    first.steps = 3;
+    first.checkpoint_dir = root.string();
+    first.checkpoint_every = 3;
+    train_placement(ctx, first);
+    TrainConfig rest = config();
+    rest.resume_from = root.string();
+    rest.record_params = true;
+    const Trajectory resumed = to_trajectory(train_placement(ctx, rest));
+    Trajectory tail = uninterrupted;  // its last 3 steps
+    tail.local_losses.erase(tail.local_losses.begin(), tail.local_losses.begin() + 3);
+    tail.grad_norms.erase(tail.grad_norms.begin(), tail.grad_norms.begin() + 3);
+    tail.params.erase(tail.params.begin(), tail.params.begin() + 3);
+    const Comparison cmp = compare(tail, resumed);
+    if (!cmp.bitwise_equal)
+      fail("W=4 resumed vs uninterrupted, rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) +
+           " of the resumed 3, " + cmp.first_bad + " (" + cmp.detail + ")");
+  });
+  struct Target {
+    int W, K;
+    GradReduce mode;
+  };
+  for (const Target& t : {Target{3, 2, kDeferred}, Target{5, 4, kPer}}) {
+    RanksOptions ranks;
+    ranks.world_size = t.W;
+    ranks.timeout = std::chrono::seconds(120);
+    run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+      TrainConfig c = config();
+      c.grad_accum = t.K;
+      c.runtime.grad_reduce = t.mode;
+      c.resume_from = root.string();
+      TrainConfig oracle = c;
+      oracle.placement = Placement::ddp;
+      const Comparison cmp = compare(run_recorded(ctx, oracle), run_recorded(ctx, c));
+      if (!cmp.bitwise_equal || cmp.first_bad_step >= 0)
+        fail("resumed at W=" + std::to_string(t.W) + " K=" + std::to_string(t.K) + ", rank " + std::to_string(ctx.rank) +
+             ": step " + std::to_string(cmp.first_bad_step) + ", " + cmp.first_bad + " (" + cmp.detail + ")");
+    });
+  }
+  // Mid-step: after micro-batch 0 of 2 the runtime refuses to be checkpointed.
+  const TrainConfig base = config();
+  const TransformerModel model(base.model);
+  RanksOptions one;
+  one.world_size = 1;
+  run_ranks_as_threads(one, [&](RankContext& ctx) {
+    Communicator comm(ctx.backend);
+    const OwnershipPlan plan = make_plan(model.spec(), 1, base.planner);
+    OwnerRuntime rt(plan, comm, base.runtime, model.init(0));
+    const ByteCorpus corpus = ByteCorpus::load();
+    auto [tokens, targets] = corpus.batch(0, 0, 0, 2, base.seq);
+    rt.begin_micro_batch({0, 2});
+    at::Tensor x = tokens.narrow(0, 0, 1);
+    for (int u = 0; u < rt.num_units(); ++u) x = rt.after_forward(u, model.unit_forward(u, x, rt.unshard(u), targets.narrow(0, 0, 1)));
+    x.backward();
+    const std::string e = error_of([&] { save_checkpoint((root / "mid").string(), rt, CheckpointContext{}); });
+    if (e.find("a checkpoint is written between steps, but micro-batch 0 of 2 of this step has run") == std::string::npos)
+      fail("a checkpoint between micro-batches said: '" + e + "'");
+  });
+  for (const std::string& f : failures) ADD_FAILURE() << f;
 }
 
 TEST(AccumulationErrors, RefusesKBelowOneAndMicroBatchesOutOfOrder) {

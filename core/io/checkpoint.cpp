@@ -105,6 +105,10 @@ nlohmann::json optimizers_to_json(const RuntimeOptions& o) {
 // ---- Writing -------------------------------------------------------------------------------
 
 std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const CheckpointContext& ctx, Communicator* world) {
+  // Checked before any collective (each rank's own state): a checkpoint is a step boundary.
+  TORCH_CHECK(!rt.step_in_progress(), "checkpoint: rank ", rt.comm().rank(), ": a checkpoint is written between steps, but ",
+              "micro-batch ", rt.micro_batch().index, " of ", rt.micro_batch().count,
+              " of this step has run and the step has not (its gradients are in no checkpoint)");
   Communicator& comm = mesh_world(rt, world, "checkpoint");
   PhaseScope phase(comm, Phase::checkpoint);
   const int me = comm.rank();  // in the whole mesh: the rank file's number

@@ -142,6 +142,7 @@ OwnerRuntime::~OwnerRuntime() = default;
 void OwnerRuntime::track_peak() { peak_gathered_ = std::max(peak_gathered_, gathered_bytes()); }
 
 ParamMap OwnerRuntime::unshard(int u) {
+  step_open_ = true;
   Unit& unit = *units_.at(u);
   if (unit.state() == UnitState::sharded) unit.unshard_async();  // else prefetched
   track_peak();
@@ -411,6 +412,7 @@ StepReport OwnerRuntime::step() {
               " of ", micro_.count, micro_finished_ ? "" : " whose backward has not finished",
               " (the optimizer runs once per step, after the last micro-batch's backward)");
   StepReport report = pending_report_;
+  step_open_ = false;
   if (!report.non_finite_parameter.empty()) {
     TORCH_CHECK(options_.non_finite == NonFinitePolicy::skip, "runtime: rank ", comm_.rank(),
                 ": non-finite gradient in parameter '", report.non_finite_parameter,

@@ -121,6 +121,9 @@ class OwnerRuntime {
   // each after the previous one's backward; K > 1 needs float32 masters (the accumulation dtype).
   void begin_micro_batch(const MicroBatch& micro_batch);
   const MicroBatch& micro_batch() const { return micro_; }
+  // A step has begun (its first forward ran) and its step() has not: gradients or sums of
+  // micro-batches are held that no checkpoint records, so none may be written now.
+  bool step_in_progress() const { return step_open_; }
 
   ParamMap unshard(int u);
   // Pins (or keeps) unit `u` after its forward and hooks `output` so backward revives `u` first.
@@ -196,6 +199,7 @@ class OwnerRuntime {
   // dtype, the unit's parameter order); per micro-batch, per unit the owners' reduced sums.
   MicroBatch micro_;
   bool micro_finished_ = false;
+  bool step_open_ = false;
   bool deferred() const { return options_.grad_reduce == GradReduce::deferred && micro_.count > 1; }
   std::vector<std::vector<at::Tensor>> local_sums_;
   std::vector<at::Tensor> reduced_sums_;
