@@ -40,6 +40,8 @@ struct PlanArgs {
   bool recommend = false;
   double bound = 1.10;
   int max_world_size = 4096;
+  int grad_accum = 1;  // the memory the accumulation sums hold between micro-batches
+  GradReduce grad_reduce = GradReduce::per_microbatch;
 };
 
 std::string read_input(const std::string& path) {
@@ -125,6 +127,8 @@ int run_plan(const PlanArgs& a) {
     mem.optimizer = options.optimizer;
     mem.cost = options.cost;
     mem.prefetch = a.run.units_gathered();
+    mem.grad_accum = a.grad_accum;
+    mem.deferred = a.grad_reduce == GradReduce::deferred;
     auto t0 = std::chrono::steady_clock::now();
     plan.emplace(make_plan(spec, a.world_size / a.run.replicas, options));
     plan_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -158,6 +162,11 @@ void add_plan_command(CLI::App& app, Action& run) {
   add_run_options(cmd, a->run, {.optimizer_flags = false, .fast = false, .explicit_planner = true});
   cmd->add_option("--assign", a->assign_file, "With --planner explicit: JSON {\"param\": rank, \"<unit>/tail\": rank}");
   cmd->add_option("--place", a->place, "PATTERN=owned_matrix|even_shard: override the default placement (glob)");
+  cmd->add_option("--grad-accum", a->grad_accum, "Micro-batches per step: peak memory adds the accumulation sums")
+      ->check(CLI::Range(1, kMaxGradAccum));
+  add_enum_option(cmd, "--grad-reduce", a->grad_reduce, kGradReduceNames,
+                  "With --grad-accum, whose sums are held (per-microbatch: owners' segment sums; deferred: every rank's "
+                  "full gradients in float32)");
   cmd->add_flag("--json", a->json, "Print one JSON object (fields in README)");
   cmd->add_flag("--recommend", a->recommend, "Sweep W and report the largest shard group that still balances");
   cmd->add_option("--bound", a->bound, "Imbalance bound for --recommend")->check(CLI::Range(1.0, 100.0));

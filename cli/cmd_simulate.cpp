@@ -28,6 +28,9 @@ struct SimulateArgs {
   int ns_steps = 0;  // 0: Muon's default
   std::string unshard = "broadcast";
   int64_t batch = 1, seq = 4096;
+  int grad_accum = 1;
+  GradReduce grad_reduce = GradReduce::per_microbatch;
+  double max_norm = 0;
   bool checkpointing = false;
   bool fused_attention = false;
   std::string baseline_ns = "redundant";
@@ -48,6 +51,9 @@ SimConfig make_sim_config(const SimulateArgs& a, Placement placement, int W, con
   if (placement != Placement::owner) c.runtime.step_mode = StepMode::replicated;
   c.batch = a.batch;
   c.seq = a.seq;
+  c.grad_accum = a.grad_accum;
+  c.runtime.grad_reduce = a.grad_reduce;
+  c.runtime.max_norm = a.max_norm;
   s.placement = placement;
   s.world_size = W;
   s.profile = profile;
@@ -100,9 +106,12 @@ int run_simulate(const SimulateArgs& a) {
     std::string mesh;
     if (a.run.replicas > 1)
       mesh = " as " + std::to_string(a.run.replicas) + " replica groups of " + std::to_string(W / a.run.replicas) + " (HSDP)";
-    std::printf("%s on %s, W = %d%s (%d node%s), %lld x %lld tokens per rank\n", a.model.c_str(), profile.name.c_str(), W,
+    std::string step;
+    if (a.grad_accum > 1) step += ", " + std::to_string(a.grad_accum) + " micro-batches (" + to_string(a.grad_reduce) + " reduction)";
+    if (a.max_norm > 0) step += ", clipped";
+    std::printf("%s on %s, W = %d%s (%d node%s), %lld x %lld tokens per rank%s%s\n", a.model.c_str(), profile.name.c_str(), W,
                 mesh.c_str(), results[0].nodes, results[0].nodes == 1 ? "" : "s", static_cast<long long>(a.batch),
-                static_cast<long long>(a.seq));
+                static_cast<long long>(a.seq), a.grad_accum > 1 ? " per micro-batch" : "", step.c_str());
     std::printf("  %-24s %8s %8s %8s %9s %8s %6s %10s %10s %10s %4s\n", "placement", "fwd ms", "bwd ms", "opt ms",
                 "opt comm", "step ms", "colls", "resident", "activ.", "peak", "fits");
     for (const SimResult& r : results) {
@@ -155,6 +164,13 @@ void add_simulate_command(CLI::App& app, Action& run) {
   cmd->add_option("--unshard", a->unshard, "broadcast | allgather_even")->check(CLI::IsMember({"broadcast", "allgather_even"}));
   cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--grad-accum", a->grad_accum,
+                  "Micro-batches of --batch sequences per step: K forwards and backwards, one optimizer step")
+      ->check(CLI::Range(1, kMaxGradAccum));
+  add_enum_option(cmd, "--grad-reduce", a->grad_reduce, kGradReduceNames,
+                  "With --grad-accum: reduce every micro-batch, or once after the last (more memory)");
+  cmd->add_option("--max-norm", a->max_norm, "Global gradient-norm clipping: prices its gathers and all-reduce")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--activation-checkpointing", a->checkpointing, "Recompute each block in backward (activations: block inputs only)");
   cmd->add_flag("--fused-attention", a->fused_attention, "Activations without the S x S attention scores (flash attention)");
   cmd->add_option("--baseline-ns", a->baseline_ns,

@@ -107,6 +107,11 @@ void ComputeCounter::backward_begins() {
   backward_ = true;
 }
 
+void ComputeCounter::forward_begins() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  backward_ = false;
+}
+
 void ComputeCounter::count(bool outermost, double flops, bool half) {
   std::lock_guard<std::mutex> lock(mutex_);
   const bool optimizer = std::any_of(backends_.begin(), backends_.end(), [](const RecordingBackend* b) {
@@ -159,16 +164,31 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
   const auto ids = at::TensorOptions().dtype(at::kLong).device(at::kMeta);
   at::Tensor tokens = at::empty({config.batch, config.seq}, ids), targets = at::empty({config.batch, config.seq}, ids);
   StepTrace trace;
-  size_t backward_from = 0;
+  // Gradient accumulation: the K micro-batches of the step, each a forward then a backward (its
+  // collectives from `backward_from[m]` on are backward's, until the next micro-batch begins).
+  const int K = std::max(1, config.grad_accum);
+  std::vector<size_t> forward_from, backward_from;
   {
     ComputeCounter counter(std::vector<const RecordingBackend*>(groups.begin(), groups.end()));
-    runner->forward_backward(tokens, targets, [&] {
-      backward_from = tracer->calls().size();
-      counter.backward_begins();
-    }, MicroBatch{});
+    for (int m = 0; m < K; ++m) {
+      forward_from.push_back(tracer->calls().size());
+      counter.forward_begins();
+      runner->forward_backward(tokens, targets, [&] {
+        backward_from.push_back(tracer->calls().size());
+        counter.backward_begins();
+      }, MicroBatch{m, K});
+    }
     runner->update();
     trace.compute = counter.stages();
   }
+  auto in_backward = [&](size_t k) {
+    bool backward = false;
+    for (int m = 0; m < K; ++m) {
+      if (k >= forward_from[m]) backward = false;
+      if (m < static_cast<int>(backward_from.size()) && k >= backward_from[m]) backward = true;
+    }
+    return backward;
+  };
 
   trace.world_size = world_size;
   trace.rank = rank;
@@ -186,7 +206,7 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
                           to_string(call.group), " group that its recording backend did not log");
     const BackendEvent& e = *logged[g][next[g]++];
     const Stage stage = e.phase == Phase::optimizer_step || e.phase == Phase::update_broadcast ? Stage::optimizer
-                        : k >= backward_from                                                   ? Stage::backward
+                        : in_backward(k)                                                       ? Stage::backward
                                                                                                : Stage::forward;
     trace.collectives.push_back(TracedCollective{e.what, call.kind, e.phase, e.unit, stage, e.root, e.bytes, call.bytes, call.group});
   }

@@ -57,7 +57,8 @@ struct StageCompute {
 
 // Counts, while alive, the compute this process dispatches (a RecordFunction observer; one at a
 // time). The stage is optimizer while one of `backends` (a rank's groups) is in phase
-// optimizer_step or update_broadcast, else backward once backward_begins() was called, else forward.
+// optimizer_step or update_broadcast, else backward from backward_begins() until forward_begins(), else
+// forward.
 class ComputeCounter {
  public:
   explicit ComputeCounter(std::vector<const RecordingBackend*> backends = {});
@@ -65,6 +66,7 @@ class ComputeCounter {
   ComputeCounter(const ComputeCounter&) = delete;
   ComputeCounter& operator=(const ComputeCounter&) = delete;
   void backward_begins();
+  void forward_begins();  // the next micro-batch's forward (gradient accumulation)
   // Read after the counted work is done.
   const std::array<StageCompute, kNumStages>& stages() const { return stages_; }
   // Called by the observer.

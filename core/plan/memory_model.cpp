@@ -111,9 +111,16 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
     }
   }
   for (int g = 0; g < R * W; ++g) usage.ranks[g].transient_bytes = kept[g] + others[g];
+  int64_t full_numel = 0;
+  for (const MatrixShard& s : plan.shards()) full_numel += s.numel();
   for (RankUsage& ru : usage.ranks) {
     ru.resident_bytes = ru.param_bytes + ru.grad_bytes + ru.state_bytes;
-    ru.peak_bytes = ru.resident_bytes + ru.transient_bytes;
+    if (o.grad_accum > 1) {
+      const int64_t e = static_cast<int64_t>(sizeof(float));  // the accumulation dtype
+      const int64_t m = plan.units().empty() ? 4 : static_cast<int64_t>(c10::elementSize(plan.units()[0].dtype));
+      ru.accum_bytes = o.deferred ? full_numel * e : ru.grad_bytes / m * e;
+    }
+    ru.peak_bytes = ru.resident_bytes + ru.transient_bytes + ru.accum_bytes;
   }
   auto [max_res, mean_res] = max_mean(usage.ranks, [](const RankUsage& r) { return r.resident_bytes; });
   auto [max_cost, mean_cost] = max_mean(usage.ranks, [](const RankUsage& r) { return r.optimizer_cost; });
@@ -123,19 +130,27 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
   usage.placements.push_back({"owner", static_cast<int64_t>(max_res), static_cast<int64_t>(mean_res),
                               static_cast<int64_t>(max_peak)});
 
+  // Accumulation sums of the other placements, as the owner's: per micro-batch the sums of what a
+  // rank's reduction delivers (its even shards; ZeRO-1 its owned parameters, about 1/W; DDP
+  // everything), deferred every rank's own full gradients; float32.
+  const int64_t full_fp32 = full_numel * static_cast<int64_t>(sizeof(float));
+  const int64_t master = plan.units().empty() ? 4 : static_cast<int64_t>(c10::elementSize(plan.units()[0].dtype));
+  auto accum = [&](int64_t per_microbatch_bytes) { return o.grad_accum <= 1 ? 0 : o.deferred ? full_fp32 : per_microbatch_bytes; };
   const int64_t zero3_resident = 2 * zero3_params + zero3_state;
   const int64_t reconstruct = o.optimizer == OptimizerKind::adamw ? 0 : 2 * largest_matrix;
   const bool casts = !plan.units().empty() && o.precision.casts(plan.units()[0].dtype);
   const int64_t zero3_gathered = casts ? largest_unit : largest_unit - largest_unit / W;
   const int64_t zero3_transient = std::max(o.prefetch * zero3_gathered, reconstruct);
-  usage.placements.push_back({"zero3", zero3_resident, zero3_resident, zero3_resident + zero3_transient});
+  usage.placements.push_back({"zero3", zero3_resident, zero3_resident,
+                              zero3_resident + zero3_transient + accum(zero3_params / master * 4)});
 
   auto [max_state, mean_state] = max_mean(usage.ranks, [](const RankUsage& r) { return r.state_bytes; });
   const int64_t zero1_max = 2 * full_params + static_cast<int64_t>(max_state);
-  usage.placements.push_back({"zero1", zero1_max, 2 * full_params + static_cast<int64_t>(mean_state), zero1_max + full_compute});
+  usage.placements.push_back({"zero1", zero1_max, 2 * full_params + static_cast<int64_t>(mean_state),
+                              zero1_max + full_compute + accum(full_fp32 / (R * W))});
 
   const int64_t ddp = 2 * full_params + full_state;
-  usage.placements.push_back({"ddp", ddp, ddp, ddp + full_compute});
+  usage.placements.push_back({"ddp", ddp, ddp, ddp + full_compute + accum(full_fp32)});
   return usage;
 }
 
@@ -157,6 +172,7 @@ nlohmann::json to_json(const PlanUsage& usage) {
                      {"unshard_recv_bytes", r.unshard_recv_bytes},
                      {"transient_bytes", r.transient_bytes},
                      {"peak_bytes", r.peak_bytes}});
+    if (r.accum_bytes > 0) ranks.back()["accum_bytes"] = r.accum_bytes;
   }
   j["ranks"] = ranks;
   auto placements = nlohmann::ordered_json::array();

@@ -27,6 +27,12 @@ struct MemoryModelOptions {
   // shards its replica steps (dedup_step_replicas); under replicated every replica does all.
   int replicas = 1;
   StepMode step_mode = StepMode::replicated;
+  // Gradient accumulation over grad_accum > 1 micro-batches (docs/accumulation.md), held between a
+  // step's micro-batches: per micro-batch, every owner's running sum of its reduced gradients (its
+  // gradient segments again, in float32); deferred, every rank's own gradients of every parameter
+  // in full, in float32, until the one reduction after the last micro-batch.
+  int grad_accum = 1;
+  bool deferred = false;
 };
 
 // One rank of an owner-shaped plan. Optimizer state is kept in the parameter dtype (as
@@ -44,7 +50,8 @@ struct RankUsage {
   // prefetch x largest gathered buffer, param dtype: (unit - own segment, or the whole unit when
   // the policy casts) + full copies of its even parameters
   int64_t transient_bytes = 0;
-  int64_t peak_bytes = 0;          // resident + transient
+  int64_t accum_bytes = 0;         // gradient accumulation's sums between micro-batches (0 when K = 1)
+  int64_t peak_bytes = 0;          // resident + transient + accumulation sums
 };
 
 // Memory of one placement: owner (this plan), zero3 (even shards of everything, FSDP2; matrix

@@ -140,6 +140,15 @@ std::string plan_report_text(const PlanReport& r) {
                 in_unit(k.resident_bytes, u).c_str(), 2 * k.optimizer_cost / (mflop ? 1e6 : 1e9),
                 in_unit(k.unshard_recv_bytes, u).c_str(), in_unit(k.peak_bytes, u).c_str());
   }
+  if (r.memory.grad_accum > 1) {
+    int64_t most = 0;
+    for (const RankUsage& k : r.usage.ranks) most = std::max(most, k.accum_bytes);
+    out += format("      gradient accumulation, %d micro-batches, %s: peak includes up to %s %s of float32 sums held "
+                  "between micro-batches (%s)\n",
+                  r.memory.grad_accum, r.memory.deferred ? "deferred" : "per micro-batch", in_unit(most, u).c_str(), u.name,
+                  r.memory.deferred ? "each rank's own gradients of every parameter, in full"
+                                    : "each owner's running sum of its gradient segments");
+  }
   out += format("\nimbalance (max/mean): resident bytes %.4f, optimizer cost %.4f\n\n", r.usage.bytes_imbalance,
               r.usage.cost_imbalance);
   out += format("memory per rank by placement (%s)      max resident   mean resident   max peak\n", u.name);

@@ -345,9 +345,8 @@ void OwnerRuntime::check_finite_gradients() {
 
 void OwnerRuntime::clip_gradients() {
   // Each parameter's norm on the one rank of the mesh that holds its mean gradient whole: an owned
-  // parameter on its owner; a split one (even shards, expert ranges) on rank 0 of the shard group,
-  // gathered there by one reduce(SUM) of a buffer in which every rank wrote its own rows and zeros
-  // elsewhere (x + 0 = x: exact). HSDP: only the replica that counts a shard (ReplicaSync::counts)
+  // parameter on its owner; a split one (even shards, expert ranges) on a root of the shard group,
+  // assembled there from every rank's rows (below). HSDP: only the replica that counts a shard (ReplicaSync::counts)
   // contributes it. The P-vector is all-reduced by SUM, exact since each entry is non-zero on one
   // rank only; every rank then takes the same total and scales every gradient it holds.
   PhaseScope phase(comm_, Phase::grad_norm);
@@ -359,7 +358,6 @@ void OwnerRuntime::clip_gradients() {
                 c10::toString(s.dtype), " and '", shards[0].name, "' ", c10::toString(dtype));
   std::vector<at::Tensor> norms(P);
   std::vector<int> split;
-  int64_t split_numel = 0;
   for (int i = 0; i < P; ++i) {
     if (!replicas_.counts(i)) continue;
     const MatrixShard& s = shards[i];
@@ -368,36 +366,72 @@ void OwnerRuntime::clip_gradients() {
       continue;
     }
     split.push_back(i);
-    split_numel += s.numel();
   }
   if (!split.empty()) {
-    at::Tensor whole = at::zeros({split_numel}, at::TensorOptions().dtype(dtype).device(options_.device));
-    int64_t at = 0;
-    for (int i : split) {
-      const MatrixShard& s = shards[i];
-      const ShardSlice* mine = s.slice_on(me);
-      if (mine && mine->rows > 0)
-        whole.narrow(0, at + mine->row_begin * s.row_numel(), mine->rows * s.row_numel())
-            .copy_(local_grad(s.name).reshape({-1}));
-      at += s.numel();
+    // Each split parameter is assembled whole on one root of the shard group, the roots balanced
+    // by size (each in plan order to the least loaded rank), by one uneven all-to-all: every rank
+    // sends each root its own rows of that root's parameters, no more (the volume of one
+    // all-gather's sends, not of a reduction).
+    const int W = comm_.world_size();
+    std::vector<int> root(split.size());
+    std::vector<int64_t> load(W, 0);
+    for (size_t k = 0; k < split.size(); ++k) {
+      root[k] = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[root[k]] += shards[split[k]].numel();
     }
-    if (comm_.world_size() > 1) comm_.reduce_sum(whole, 0)->wait();
-    at = 0;
-    for (int i : split) {
-      const MatrixShard& s = shards[i];
-      if (me == 0) norms[i] = parameter_norm(whole.narrow(0, at, s.numel()).view(s.shape));
-      at += s.numel();
+    auto rows_on = [&](const MatrixShard& s, int rank) {
+      const ShardSlice* sl = s.slice_on(rank);
+      return sl ? sl->rows * s.row_numel() : int64_t{0};
+    };
+    std::vector<int64_t> in_splits(W, 0), out_splits(W, 0);
+    for (size_t k = 0; k < split.size(); ++k) {
+      const MatrixShard& s = shards[split[k]];
+      in_splits[root[k]] += rows_on(s, me);
+      if (root[k] == me)
+        for (int r = 0; r < W; ++r) out_splits[r] += rows_on(s, r);
+    }
+    const at::TensorOptions opts = at::TensorOptions().dtype(dtype).device(options_.device);
+    at::Tensor send = at::empty({std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0})}, opts);
+    at::Tensor recv = at::empty({std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0})}, opts);
+    int64_t at = 0;
+    for (int d = 0; d < W; ++d)  // grouped by destination, plan order within
+      for (size_t k = 0; k < split.size(); ++k) {
+        const MatrixShard& s = shards[split[k]];
+        const int64_t n = root[k] == d ? rows_on(s, me) : 0;
+        if (n == 0) continue;
+        send.narrow(0, at, n).copy_(local_grad(s.name).reshape({-1}));
+        at += n;
+      }
+    if (W > 1) comm_.alltoall(recv, send, out_splits, in_splits)->wait();
+    else recv.copy_(send);
+    // Received grouped by source rank, plan order within: each of this rank's parameters whole.
+    std::vector<int64_t> from(W, 0);
+    for (int r = 1; r < W; ++r) from[r] = from[r - 1] + out_splits[r - 1];
+    for (size_t k = 0; k < split.size(); ++k) {
+      if (root[k] != me) continue;
+      const MatrixShard& s = shards[split[k]];
+      at::Tensor whole = at::zeros(s.shape, opts);
+      at::Tensor flat = whole.view({-1});
+      for (int r = 0; r < W; ++r) {
+        const ShardSlice* sl = s.slice_on(r);
+        const int64_t n = rows_on(s, r);
+        if (n == 0) continue;
+        flat.narrow(0, sl->row_begin * s.row_numel(), n).copy_(recv.narrow(0, from[r], n));
+        from[r] += n;
+      }
+      norms[split[k]] = parameter_norm(whole);
     }
   }
   at::Tensor vector = at::zeros({P}, at::TensorOptions().dtype(dtype).device(options_.device));
   for (int i = 0; i < P; ++i)
     if (norms[i].defined()) vector.select(0, i).copy_(norms[i]);
-  at::Tensor on_control = vector.to(comm_.control_device());
+  at::Tensor on_control = vector.is_meta() ? vector : vector.to(comm_.control_device());  // meta: a traced step
   comm_.allreduce_sum(on_control)->wait();
   replicas_.sum_over_replicas(on_control, Phase::grad_norm);
   const at::Tensor total = total_norm(on_control.to(options_.device));
   const at::Tensor coef = clip_coefficient(total, options_.max_norm);
   for (auto& unit : units_) unit->segment_grad().mul_(coef);
+  if (total.is_meta()) return;  // a traced step (sim/trace.h): no values
   pending_report_.grad_norm = total.item<double>();
   pending_report_.non_finite_norm = !std::isfinite(*pending_report_.grad_norm);
 }
