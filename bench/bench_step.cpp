@@ -14,6 +14,8 @@
 //   build/bench/bench_step --device cuda --json gpu.json               # on a GPU (Gloo on CUDA tensors)
 //   build/bench/bench_step --rounds 3 --steps 10 --json r.json         # every case 3 times, rounds in turn:
 //                                   # medians over all rounds' steps, and each round's medians in the JSON
+//   build/bench/bench_step --batch 1 --grad-accum 4 --grad-reduce deferred --max-norm 1.0   # the step's
+//                                   # settings, as mfsdp train's (bench/accumulation_sweep.sh sweeps K)
 #include "core/util/files.h"
 #include "core/dist/determinism.h"
 #include "core/plan/memory_model.h"
@@ -30,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -46,6 +49,12 @@ constexpr int kWarmup = 2;
 int g_measured = 6;
 int g_rounds = 1;  // --rounds: every case run this many times, the rounds one after another
 std::string g_device = "cpu";
+// The step's settings for every case (as `mfsdp train`'s flags): micro-batch size (0: the model's
+// default), gradient accumulation and clipping.
+int64_t g_batch = 0;
+int g_grad_accum = 1;
+GradReduce g_grad_reduce = GradReduce::per_microbatch;
+double g_max_norm = 0;
 
 const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
 // HSDP with 2 replica groups (docs/hsdp.md), at every even W >= 4: the owner runtime in both step
@@ -58,6 +67,7 @@ struct CaseResult {
   double optimizer_ms = 0, forward_ms = 0, backward_ms = 0, step_ms = 0;
   std::array<PhaseCounters, kNumPhases> phases{};  // max over ranks, per step
   int64_t resident_bytes_max = 0;
+  int64_t peak_bytes_max = 0;  // resident + peak gathered + gradient accumulation's sums, max over ranks
   double optimizer_gflop_rank_max = 0;
   bool oracle_bitwise = false;
   // Every measured step of every round (each the slowest rank's), and each round's medians: the
@@ -117,6 +127,10 @@ double optimizer_gflop_rank_max(const TrainConfig& c, int W) {
 void BM_Step(benchmark::State& state, const std::string& placement, int W, const std::string& model) {
   TrainConfig config = bench_train_config(placement, model);
   config.steps = kWarmup + g_measured;
+  if (g_batch > 0) config.batch = g_batch;
+  config.grad_accum = g_grad_accum;
+  config.runtime.grad_reduce = g_grad_reduce;
+  config.runtime.max_norm = g_max_norm;
   std::vector<std::vector<StepMetrics>> per_rank(W);
   RanksOptions ranks;
   ranks.world_size = W;
@@ -153,6 +167,7 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
       r.phases[p].bytes_recv = std::max(r.phases[p].bytes_recv, m.bytes[p].bytes_recv);
     }
     r.resident_bytes_max = std::max(r.resident_bytes_max, m.resident_bytes);
+    r.peak_bytes_max = std::max(r.peak_bytes_max, m.resident_bytes + m.peak_gathered_bytes + m.peak_accumulation_bytes);
   }
   r.round_optimizer_ms = {1e3 * median(opt)};
   r.round_fwd_bwd_ms = {1e3 * (median(fwd) + median(bwd))};
@@ -193,6 +208,8 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
   state.counters["unshard_recv_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::unshard)].bytes_recv);
   state.counters["reduce_sent_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::grad_reduce)].bytes_sent);
   state.counters["resident_B"] = static_cast<double>(r.resident_bytes_max);
+  state.counters["peak_B"] = static_cast<double>(r.peak_bytes_max);
+  if (g_max_norm > 0) state.counters["norm_sent_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::grad_norm)].bytes_sent);
   state.counters["update_bcast_B"] = static_cast<double>(r.phases[static_cast<int>(Phase::update_broadcast)].bytes_sent);
   state.counters["opt_GFLOP"] = r.optimizer_gflop_rank_max;
   state.counters["oracle_bitwise"] = r.oracle_bitwise ? 1 : 0;
@@ -345,6 +362,17 @@ int main(int argc, char** argv) {
     } else if (a == "--steps") g_measured = std::stoi(value("--steps"));
     else if (a == "--rounds") g_rounds = std::stoi(value("--rounds"));
     else if (a == "--device") g_device = value("--device");
+    else if (a == "--batch") g_batch = std::stoll(value("--batch"));
+    else if (a == "--grad-accum") g_grad_accum = std::stoi(value("--grad-accum"));
+    else if (a == "--grad-reduce") {
+      const std::string v = value("--grad-reduce");
+      const auto mode = value_in(kGradReduceNames, v);
+      if (!mode) {
+        std::fprintf(stderr, "bench_step: --grad-reduce %s: not one of per-microbatch, deferred\n", v.c_str());
+        return 2;
+      }
+      g_grad_reduce = *mode;
+    } else if (a == "--max-norm") g_max_norm = std::stod(value("--max-norm"));
     else rest.push_back(argv[i]);
   }
   if (g_device == "cuda" && !at::globalContext().hasCUDA()) {
@@ -359,6 +387,11 @@ int main(int argc, char** argv) {
         ->Iterations(g_measured)
         ->Unit(benchmark::kMillisecond);
   };
+  if (g_batch < 0 || g_grad_accum < 1 || g_grad_accum > kMaxGradAccum || !(g_max_norm >= 0) || std::isinf(g_max_norm)) {
+    std::fprintf(stderr, "bench_step: --batch >= 1, --grad-accum 1..%d and a finite --max-norm > 0 (got %lld, %d, %g)\n",
+                 kMaxGradAccum, static_cast<long long>(g_batch), g_grad_accum, g_max_norm);
+    return 2;
+  }
   if (g_measured < 1 || g_rounds < 1) {
     std::fprintf(stderr, "bench_step: --steps and --rounds need at least 1 (got %d, %d)\n", g_measured, g_rounds);
     return 2;
@@ -384,6 +417,8 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
 
   nlohmann::ordered_json result{{"format", "mfsdp-bench"}, {"version", 1}, {"environment", environment()},
+                                {"step", {{"batch", g_batch}, {"grad_accum", g_grad_accum},
+                                          {"grad_reduce", to_string(g_grad_reduce)}, {"max_norm", g_max_norm}}},
                                 {"cases", nlohmann::ordered_json::array()}, {"ratios", ratios(models, world_sizes)},
                                 {"planner", planner_imbalance(models, world_sizes)}};
   for (const CaseResult& r : g_results) {
@@ -394,7 +429,7 @@ int main(int argc, char** argv) {
     result["cases"].push_back({{"model", r.model}, {"placement", r.placement}, {"world_size", r.world_size},
                                {"optimizer_step_ms", r.optimizer_ms}, {"forward_ms", r.forward_ms},
                                {"backward_ms", r.backward_ms}, {"step_ms", r.step_ms}, {"phases", phases},
-                               {"resident_bytes_max", r.resident_bytes_max},
+                               {"resident_bytes_max", r.resident_bytes_max}, {"peak_bytes_max", r.peak_bytes_max},
                                {"optimizer_gflop_rank_max", r.optimizer_gflop_rank_max},
                                {"round_optimizer_step_ms", r.round_optimizer_ms}, {"round_fwd_bwd_ms", r.round_fwd_bwd_ms},
                                {"oracle_bitwise", r.oracle_bitwise}});

@@ -252,6 +252,7 @@ void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads)
                              : at::zeros(s.shape, at::TensorOptions().dtype(acc).device(options_.device));
     accumulate(sums[k], g, micro_.first(), acc);
   }
+  track_accumulation();
   if (!micro_.last()) {
     unit.keep_gradients_local();
     return;
@@ -298,6 +299,7 @@ void OwnerRuntime::finish_reductions() {
     for (size_t u = 0; u < units_.size(); ++u) {
       at::Tensor& g = units_[u]->segment_grad();
       accumulate(reduced_sums_[u], g, micro_.first(), accumulation_dtype(g.scalar_type()));
+      track_accumulation();
       if (micro_.last()) {
         g.copy_(divide_sum(std::move(reduced_sums_[u]), divisor, g.scalar_type()));
         reduced_sums_[u] = at::Tensor();
@@ -341,6 +343,16 @@ void OwnerRuntime::check_finite_gradients() {
       break;
     }
   }
+}
+
+void OwnerRuntime::track_accumulation() {
+  int64_t n = 0;
+  for (const auto& sums : local_sums_)
+    for (const at::Tensor& t : sums)
+      if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  for (const at::Tensor& t : reduced_sums_)
+    if (t.defined()) n += static_cast<int64_t>(t.nbytes());
+  peak_accumulation_ = std::max(peak_accumulation_, n);
 }
 
 void OwnerRuntime::clip_gradients() {

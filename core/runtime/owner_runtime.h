@@ -155,6 +155,9 @@ class OwnerRuntime {
   int64_t optimizer_state_bytes() const;
   int64_t gathered_bytes() const;    // transient bytes resident now
   int64_t peak_gathered_bytes() const { return peak_gathered_; }
+  // Gradient accumulation's sums held between micro-batches (deferred: this rank's full gradients;
+  // per micro-batch: the owners' segment sums), the most at once so far.
+  int64_t peak_accumulation_bytes() const { return peak_accumulation_; }
   // Matrix-optimizer steps (one Newton-Schulz each under Muon) this rank took, all steps so far.
   int64_t matrix_steps() const { return matrix_steps_; }
   // HSDP: the replica stepping each plan shard (dedup), or empty (replicated, or no HSDP).
@@ -186,6 +189,8 @@ class OwnerRuntime {
   std::vector<int> forward_order_;    // units in the order after_forward pinned them (this step)
   bool callback_queued_ = false;
   int64_t peak_gathered_ = 0;
+  int64_t peak_accumulation_ = 0;
+  void track_accumulation();
   int64_t matrix_steps_ = 0;
   StepReport pending_report_;
   ReplicaSync replicas_;  // HSDP: how the replica groups stay in step (core/runtime/replica_sync.h)

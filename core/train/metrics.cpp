@@ -58,6 +58,7 @@ nlohmann::ordered_json metrics_row(const StepMetrics& m) {
                            {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
                            {"skipped", m.skipped}};
   if (m.grad_norm) j["grad_norm"] = *m.grad_norm;  // before clipping; null when not finite
+  if (m.peak_accumulation_bytes > 0) j["peak_accumulation_bytes"] = m.peak_accumulation_bytes;
   if (!m.checkpoint.empty()) j["checkpoint"] = {{"dir", m.checkpoint}, {"ms", 1e3 * m.checkpoint_s}};
   for (int p = 0; p < kNumPhases; ++p) {
     const PhaseCounters& c = m.bytes[p];

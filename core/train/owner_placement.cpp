@@ -96,6 +96,7 @@ class OwnerRunner : public PlacementRunner {
   }
   int64_t resident_bytes() const override { return rt_.resident_bytes(); }
   int64_t peak_gathered_bytes() const override { return rt_.peak_gathered_bytes(); }
+  int64_t peak_accumulation_bytes() const override { return rt_.peak_accumulation_bytes(); }
   uint64_t plan_hash() const override { return plan_.hash(); }
 
  private:

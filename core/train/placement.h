@@ -82,6 +82,8 @@ class PlacementRunner {
   virtual ParamMap full_params() = 0;
   virtual int64_t resident_bytes() const = 0;
   virtual int64_t peak_gathered_bytes() const { return 0; }
+  // Gradient accumulation's sums between micro-batches, the most at once (owner runtime; 0 elsewhere).
+  virtual int64_t peak_accumulation_bytes() const { return 0; }
   virtual uint64_t plan_hash() const { return 0; }
   // Communicators the runner issues collectives through besides the world's (HSDP's shard and
   // replicate groups): train_loop resets them each step and adds their counters to the step's.

@@ -268,6 +268,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     m.loss = mean_over_ranks(comm, {m.local_loss})[0];  // after the snapshot: not part of the step's traffic
     m.resident_bytes = stepper->resident_bytes();
     m.peak_gathered_bytes = stepper->peak_gathered_bytes();
+    m.peak_accumulation_bytes = stepper->peak_accumulation_bytes();
     if (config.record_params) result.params_per_step.push_back(stepper->full_params());
     if (on_step) on_step(m);
     result.steps.push_back(m);

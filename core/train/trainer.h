@@ -75,6 +75,7 @@ struct StepMetrics {
   std::array<BackendCounters, kNumPhases> backend{};
   int64_t resident_bytes = 0;
   int64_t peak_gathered_bytes = 0;
+  int64_t peak_accumulation_bytes = 0;  // gradient accumulation's sums (PlacementRunner::peak_accumulation_bytes)
   bool skipped = false;
   std::string non_finite_parameter;
   // Clipping (TrainConfig::runtime.max_norm): the step's total gradient norm before clipping, the
