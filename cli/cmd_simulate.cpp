@@ -73,7 +73,11 @@ int run_simulate(const SimulateArgs& a) {
   HardwareProfile profile;
   try {  // bad input: an unknown preset or placement, a missing or malformed profile
     profile = load_hardware_profile(a.profile, MFSDP_PROFILE_DIR);
-    preset_config(a.model);
+    const c10::ScalarType masters = a.run.param_dtype.empty() ? preset_config(a.model).dtype : c10::kFloat;
+    if (a.grad_accum > 1 && masters != c10::kFloat)
+      throw UsageError("simulate: --grad-accum " + std::to_string(a.grad_accum) + " accumulates in float32 masters, but " +
+                       a.model + " keeps " + c10::toString(masters) + " masters; add --param-dtype bf16 (float32 masters, " +
+                       "bf16 compute copies)");
     for (const std::string& p : a.placements) placement_from_string(p);
     for (int W : a.world_sizes) mesh_shape(W, a.run.replicas);
   } catch (const c10::Error& e) {
