@@ -109,6 +109,35 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
   c.runtime.prefetch = o.prefetch;
 }
 
+void add_schedule_options(CLI::App* cmd, ScheduleArgs& a) {
+  cmd->add_option("--lr-schedule", a.kind,
+                  "Learning-rate schedule, every optimizer's lr = its base x lambda(t), t = optimizer steps taken: " +
+                      names_or(kLrScheduleNames) + " (docs/schedules.md; default constant)");
+  cmd->add_option("--warmup-steps", a.warmup_steps, "With --lr-schedule: linear warm-up steps, lambda = (t+1)/(W+1) (default 0)");
+  cmd->add_option("--decay-steps", a.decay_steps,
+                  "With a decaying --lr-schedule: the decay's length (default: the run's --steps after warm-up and "
+                  "stable steps, fixed from then on in its checkpoints)");
+  cmd->add_option("--stable-steps", a.stable_steps, "With --lr-schedule wsd: steps at the full rate after warm-up (default 0)");
+  cmd->add_option("--min-lr-ratio", a.min_lr_ratio, "With a decaying --lr-schedule: lambda's floor after the decay, in [0, 1] (default 0)");
+}
+
+LrSchedule lr_schedule_of(const ScheduleArgs& a) {
+  LrSchedule s;
+  if (!a.kind) {
+    const char* given = a.warmup_steps ? "--warmup-steps" : a.decay_steps ? "--decay-steps" : a.stable_steps ? "--stable-steps"
+                        : a.min_lr_ratio ? "--min-lr-ratio" : nullptr;
+    TORCH_CHECK(!given, given, " needs --lr-schedule (", names_or(kLrScheduleNames), ")");
+    return s;
+  }
+  s.kind = lr_schedule_kind_from_string(*a.kind);
+  s.warmup_steps = a.warmup_steps.value_or(0);
+  s.stable_steps = a.stable_steps.value_or(0);
+  s.decay_steps = a.decay_steps;
+  s.min_lr_ratio = a.min_lr_ratio.value_or(0);
+  validate(s);
+  return s;
+}
+
 void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps) {
   cmd->add_option("--steps", a.steps, "Training steps")->check(CLI::Range(min_steps, 1000000));
   cmd->add_option("--batch", a.batch, "Sequences per rank per micro-batch (a step has --grad-accum of them)")
@@ -126,6 +155,7 @@ void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps) {
                   "Global gradient-norm clipping, as torch's clip_grad_norm_: every gradient scaled by "
                   "min(1, X / (norm + 1e-6)), the norm over all parameters' mean gradients logged every step (finite, > 0; "
                   "default: no clipping)");
+  add_schedule_options(cmd, a.schedule);
   cmd->add_option("--seed", a.seed, "Seed of weights and batches (0 to 2^64-1)")->check(seed_validator());
   cmd->add_option("--timeout-s", a.timeout_s, "Seconds before a collective or a lost rank fails the run")->check(CLI::Range(1, 3600));
   cmd->add_option("--group", a.groups, "PATTERN:lr=X:wd=Y — a parameter group (glob over names; repeatable)");
@@ -141,6 +171,7 @@ void apply_step_options(const StepArgs& a, TrainConfig& c) {
     TORCH_CHECK(std::isfinite(*a.max_norm) && *a.max_norm > 0, "--max-norm must be a finite number > 0, got ", *a.max_norm);
     c.runtime.max_norm = *a.max_norm;
   }
+  c.lr_schedule = lr_schedule_of(a.schedule);
   c.seed = a.seed;
   for (const std::string& g : a.groups) c.runtime.groups.push_back(param_group_from_string(g));
   check_groups(c);

@@ -63,20 +63,34 @@ struct RunOptionSet {
 
 void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set = {});
 
+// The learning-rate schedule (--lr-schedule, --warmup-steps, --decay-steps, --stable-steps,
+// --min-lr-ratio; docs/schedules.md): given values only.
+struct ScheduleArgs {
+  std::optional<std::string> kind;
+  std::optional<int64_t> warmup_steps, decay_steps, stable_steps;
+  std::optional<double> min_lr_ratio;
+};
+void add_schedule_options(CLI::App* cmd, ScheduleArgs& a);
+// The schedule the flags give; throws naming a schedule flag given without --lr-schedule, or a
+// bad value (validate(LrSchedule)).
+LrSchedule lr_schedule_of(const ScheduleArgs& a);
+
 // The length and inputs of a run (train, verify): --steps (at least `min_steps`), --batch, --seq,
-// --grad-accum, --grad-reduce, --max-norm, --seed, --timeout-s, --group.
+// --grad-accum, --grad-reduce, --max-norm, the schedule's flags, --seed, --timeout-s, --group.
 struct StepArgs {
   int steps = 20;
   int64_t batch = 4, seq = 32;
   int grad_accum = 1;
   GradReduce grad_reduce = GradReduce::per_microbatch;
   std::optional<double> max_norm;  // clipping; unset: none
+  ScheduleArgs schedule;
   uint64_t seed = 0;
   int timeout_s = 60;
   std::vector<std::string> groups;  // PATTERN:lr=X:wd=Y
 };
 void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps);
-// Sets steps, batch, seq, accumulation, clipping, seed and the parameter groups (checked against the model) of `c`.
+// Sets steps, batch, seq, accumulation, clipping, the schedule, seed and the parameter groups
+// (checked against the model) of `c`.
 void apply_step_options(const StepArgs& a, TrainConfig& c);
 
 // --lr (the matrix optimizer's; with --optimizer adamw, AdamW's), --adamw-lr (embeddings, head, 1-D

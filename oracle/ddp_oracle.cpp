@@ -77,6 +77,10 @@ PlacementRunner::Update DdpOracle::update() {
   return r;
 }
 
+void DdpOracle::set_lr_factor(double factor) {
+  for (auto& [name, o] : optimizers_) o->set_lr_factor(factor);
+}
+
 ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
 
 int64_t DdpOracle::resident_bytes() const {

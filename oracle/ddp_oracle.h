@@ -49,6 +49,7 @@ class DdpOracle : public PlacementRunner {
                              const std::function<void()>& before_backward, const MicroBatch& micro_batch) override;
   // Every rank updates every parameter; a non-finite clipping norm skips the update (reported).
   Update update() override;
+  void set_lr_factor(double factor) override;  // every parameter's optimizer
   ParamMap full_params() override;
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
 

@@ -95,6 +95,9 @@ class Zero1Runner final : public PlacementRunner {
     grad_norm_ = total.item<double>();
   }
 
+  void set_lr_factor(double factor) override {
+    for (auto& [name, o] : optimizers_) o->set_lr_factor(factor);
+  }
   Update update() override {
     const int W = comm_.world_size(), me = comm_.rank();
     Update r;

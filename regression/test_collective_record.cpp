@@ -135,10 +135,11 @@ class BypassingRunner : public PlacementRunner {
     comm_.backend().allreduce(t)->wait();
     return r;
   }
+  void set_lr_factor(double factor) override { inner_->set_lr_factor(factor); }
   ParamMap full_params() override { return inner_->full_params(); }
   std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
-                              const std::string& sampler) override {
-    return inner_->save_checkpoint(root, step, config, sampler);
+                              const LoopState& loop) override {
+    return inner_->save_checkpoint(root, step, config, loop);
   }
   ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config) override {
     return inner_->load_checkpoint(checkpoint, config);

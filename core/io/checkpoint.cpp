@@ -196,6 +196,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
       layout.model = ctx.model;
       layout.optimizers = ctx.optimizers;
       layout.precision = precision_to_json(rt.options().precision);
+      layout.lr_schedule = ctx.lr_schedule;
       layout.mesh.replicas = rt.options().replicas;
       layout.mesh.step_mode = to_string(rt.options().step_mode);
       std::vector<nlohmann::json> ranks, manifests;

@@ -25,6 +25,7 @@ struct CheckpointContext {
   nlohmann::json model;       // the model's configuration
   nlohmann::json optimizers;  // kinds, hyperparameters, groups (optimizers_to_json)
   nlohmann::json sampler;     // this rank's data sampler
+  nlohmann::json lr_schedule;  // the schedule and the optimizer steps taken (null: none recorded)
   // `latest` may move backwards (a run resumed from an earlier step rolls back); otherwise a
   // `latest` naming a newer step than this one refuses the commit (another run writes here).
   bool allow_rollback = false;

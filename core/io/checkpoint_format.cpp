@@ -124,6 +124,7 @@ std::string layout_json(const CheckpointLayout& layout, const std::vector<nlohma
                            {"ranks", ranks},
                            {"manifest", manifest}};
   if (layout.format_version >= 3) j["precision"] = layout.precision;
+  if (!layout.lr_schedule.is_null()) j["lr_schedule"] = layout.lr_schedule;
   if (layout.format_version >= 4)
     j["mesh"] = nlohmann::ordered_json{{"replicas", layout.mesh.replicas}, {"shard_group", layout.plan->world_size()},
                                        {"step_mode", layout.mesh.step_mode}};
@@ -251,6 +252,7 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
   } else {
     L.precision = precision_to_json(PrecisionPolicy{});
   }
+  if (j.contains("lr_schedule")) L.lr_schedule = f.object("lr_schedule");  // checked where it is used (train_loop)
   L.plan = std::make_shared<OwnershipPlan>(plan_from_json(f.object("plan"), path));
   const OwnershipPlan& plan = *L.plan;
   const int S = plan.world_size();

@@ -90,6 +90,9 @@ struct CheckpointLayout {
   // The precision policy the run trained under (format 3; precision_to_json). Read from older
   // formats as the float32 policy they all ran: the stored tensors are float32 masters either way.
   nlohmann::json precision;
+  // The learning-rate schedule and the optimizer steps taken (lr_schedule_to_json); null when the
+  // writer recorded none (earlier checkpoints: a constant rate, every step taken).
+  nlohmann::json lr_schedule;
   CheckpointMesh mesh;
   std::vector<CheckpointRank> ranks;  // one per rank of the mesh (world_size()), in rank order
   std::vector<FileManifest> manifest;  // one per rank file

@@ -19,6 +19,9 @@ struct LoadReport {
   // The sampler state (JSON text) the writing rank of the same index recorded (rank 0's if none),
   // and the sampler settings of this run that differ from it (set by the training loop).
   std::string sampler;
+  // Set by the training loop: the learning rates the run continues with (its schedule at t, and
+  // that this run's base rates are used).
+  std::string lr_schedule;
   std::vector<std::string> warnings;
 };
 

@@ -15,6 +15,7 @@ class AdamW final : public TensorOptimizer {
  public:
   explicit AdamW(AdamWOptions o) : o_(o) {}
   OptimizerKind kind() const override { return OptimizerKind::adamw; }
+  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     TORCH_CHECK(param.sizes() == grad.sizes(), "adamw: parameter and gradient shapes differ");
     if (!exp_avg_.defined()) {
@@ -51,6 +52,7 @@ class AdamW final : public TensorOptimizer {
 
  private:
   AdamWOptions o_;
+  double base_lr_ = o_.lr;  // set_lr_factor's base (declared after o_)
   double step_ = 0;
   at::Tensor exp_avg_, exp_avg_sq_;
 };

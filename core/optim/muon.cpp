@@ -23,6 +23,7 @@ class Muon final : public TensorOptimizer {
     validate(o_);
   }
   OptimizerKind kind() const override { return OptimizerKind::muon; }
+  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     if (batched_) {
       TORCH_CHECK(param.sizes() == grad.sizes() && param.sizes() == at::IntArrayRef(shape_), "muon: batched step of shape ",
@@ -51,6 +52,7 @@ class Muon final : public TensorOptimizer {
 
  private:
   MuonOptions o_;
+  double base_lr_ = o_.lr;  // set_lr_factor's base (declared after o_)
   std::vector<int64_t> shape_;
   bool batched_;
   at::Tensor buf_;

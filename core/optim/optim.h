@@ -37,6 +37,9 @@ class TensorOptimizer {
   // Updates `param` in place from `grad` (same shape). `full_shape` is the parameter's full
   // shape (for lr adjustment); `param` may be a slice of it for element-wise optimizers.
   virtual void step(at::Tensor& param, const at::Tensor& grad) = 0;
+  // The learning-rate schedule (core/optim/lr_schedule.h): the steps from here use lr = base · factor,
+  // base being the lr it was made with (its group's), factor = λ(t); 1 restores the base exactly.
+  virtual void set_lr_factor(double factor) = 0;
   virtual std::map<std::string, at::Tensor> state() const = 0;
   virtual std::map<std::string, double> scalars() const { return {}; }  // e.g. the step count
   // Replaces the state with what state() and scalars() of an optimizer of the same kind and shape

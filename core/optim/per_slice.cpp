@@ -25,6 +25,9 @@ class PerSlice final : public TensorOptimizer {
     TORCH_CHECK(!slices_.empty(), "per-slice optimizer: no slices");
   }
   OptimizerKind kind() const override { return slices_[0]->kind(); }
+  void set_lr_factor(double factor) override {
+    for (auto& s : slices_) s->set_lr_factor(factor);
+  }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     TORCH_CHECK(param.dim() == 3 && param.size(0) == static_cast<int64_t>(slices_.size()) && param.sizes() == grad.sizes(),
                 to_string(kind()), ": per-slice step of ", slices_.size(), " experts got a parameter of shape ",

@@ -24,6 +24,7 @@ class Shampoo final : public TensorOptimizer {
   }
   OptimizerKind kind() const override { return OptimizerKind::shampoo; }
 
+  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     check_matrix_step("shampoo", param, grad);
     ++t_;
@@ -143,6 +144,7 @@ class Shampoo final : public TensorOptimizer {
     return out;
   }
   ShampooOptions o_;
+  double base_lr_ = o_.lr;  // set_lr_factor's base (declared after o_)
   std::vector<int64_t> shape_;
   std::vector<Block> blocks_;
   int64_t t_ = 0;

@@ -25,6 +25,7 @@ class Soap final : public TensorOptimizer {
   }
   OptimizerKind kind() const override { return OptimizerKind::soap; }
 
+  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     check_matrix_step("soap", param, grad);
     const bool rotate_left = grad.size(0) <= o_.max_precond_dim, rotate_right = grad.size(1) <= o_.max_precond_dim;
@@ -127,6 +128,7 @@ class Soap final : public TensorOptimizer {
   }
 
   SoapOptions o_;
+  double base_lr_ = o_.lr;  // set_lr_factor's base (declared after o_)
   std::vector<int64_t> shape_;
   int64_t t_ = 0;
   at::Tensor exp_avg_, exp_avg_sq_, gg_left_, gg_right_, q_left_, q_right_;

@@ -25,8 +25,13 @@ at::Tensor EvenMatrixStep::update_input(const EvenMatrixView& rt, int i) {
 
 const MuonOptions& EvenMatrixStep::muon_for(const EvenMatrixView& rt, int i) {
   auto it = muon_.find(i);
-  if (it == muon_.end()) it = muon_.emplace(i, options_for(rt.options(), rt.plan().shards()[i].name).muon).first;
-  return it->second;
+  if (it == muon_.end()) {
+    const MuonOptions base = options_for(rt.options(), rt.plan().shards()[i].name).muon;
+    it = muon_.emplace(i, std::make_pair(base, base)).first;
+  }
+  auto& [base, scaled] = it->second;
+  scaled.lr = base.lr * lr_factor_;  // the schedule's lr, as TensorOptimizer::set_lr_factor
+  return scaled;
 }
 
 }  // namespace mfsdp

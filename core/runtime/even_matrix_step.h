@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace mfsdp {
@@ -54,6 +55,8 @@ class EvenMatrixStep {
   // checkpoints; and the bytes of all of it.
   at::Tensor& momentum(int shard) { return momentum_[shard]; }
   int64_t state_bytes() const;
+  // The learning-rate schedule's factor λ(t) for the steps from here (TensorOptimizer::set_lr_factor).
+  void set_lr_factor(double factor) { lr_factor_ = factor; }
 
  protected:
   // Muon's momentum update on this rank's rows of `shard` (momentum and Nesterov from the
@@ -65,7 +68,8 @@ class EvenMatrixStep {
 
  private:
   std::map<int, at::Tensor> momentum_;
-  std::map<int, MuonOptions> muon_;
+  std::map<int, std::pair<MuonOptions, MuonOptions>> muon_;  // the group's, and with the schedule's lr
+  double lr_factor_ = 1;
 };
 
 using EvenMatrixStepFactory = std::function<std::unique_ptr<EvenMatrixStep>()>;

@@ -498,6 +498,12 @@ void OwnerRuntime::step_optimizers() {
   }
 }
 
+void OwnerRuntime::set_lr_factor(double factor) {
+  for (auto& o : optimizers_)
+    if (o) o->set_lr_factor(factor);
+  if (even_step_) even_step_->set_lr_factor(factor);
+}
+
 EvenMatrixStep& OwnerRuntime::even_matrix_step() {
   TORCH_CHECK(even_step_, "runtime: rank ", comm_.rank(), ": the plan keeps hidden matrices in even shards under Muon, but no "
               "even-matrix step was given (the reconstruct and alltoall placements give one)");

@@ -137,6 +137,9 @@ class OwnerRuntime {
   // it). Under HSDP dedup it then broadcasts each stepped master to the other replicas (phase
   // update_broadcast); a baseline's even-matrix step gathers its matrices (phase optimizer_step).
   StepReport step();
+  // The learning-rate schedule's factor λ(t) for the steps from here, on every optimizer this rank
+  // steps with (TensorOptimizer::set_lr_factor), the even-matrix step's included. No collective.
+  void set_lr_factor(double factor);
 
   // This rank's stored part of parameter `name` and its gradient (undefined if none stored).
   at::Tensor local_param(const std::string& name);

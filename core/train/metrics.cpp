@@ -23,7 +23,8 @@ std::string describe_run(const TrainConfig& c, int world_size, const std::string
       c.grad_accum > 1 ? format(" (%d micro-batches of %lld x %lld, %s reduction)", c.grad_accum,
                                 static_cast<long long>(c.batch), static_cast<long long>(c.seq), to_string(r.grad_reduce))
                        : std::string();
-  const std::string clipping = r.max_norm > 0 ? format(", gradient norm clipped at %g", r.max_norm) : std::string();
+  std::string clipping = r.max_norm > 0 ? format(", gradient norm clipped at %g", r.max_norm) : std::string();
+  if (scheduled(c.lr_schedule)) clipping += ", lr schedule " + describe(resolve_decay_steps(c.lr_schedule, c.steps));
   return format("placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
                 "precision %s over fp32 masters,%s %d steps of %lld x %lld tokens per rank%s%s",
                 to_string(c.placement), world_size, device.c_str(), backend.c_str(), to_string(c.planner.planner),
@@ -45,6 +46,7 @@ std::string progress_line(const StepMetrics& m, int total_steps) {
                             human_bytes(opt.bytes_sent + opt.bytes_recv).c_str(), static_cast<long long>(opt.calls));
   if (update.calls != 0) line += "  update broadcast " + human_bytes(update.bytes_sent + update.bytes_recv);
   if (m.grad_norm) line += format("  grad norm %.4g", *m.grad_norm);
+  if (m.lr_scheduled) line += format("  lr x%.4g", m.lr_factor);
   line += "  | resident " + human_bytes(m.resident_bytes) + "  peak gathered " + human_bytes(m.peak_gathered_bytes);
   if (m.skipped)
     line += m.non_finite_norm ? std::string("  SKIPPED: non-finite gradient norm (every gradient finite)")
@@ -58,6 +60,7 @@ nlohmann::ordered_json metrics_row(const StepMetrics& m) {
                            {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
                            {"skipped", m.skipped}};
   if (m.grad_norm) j["grad_norm"] = *m.grad_norm;  // before clipping; null when not finite
+  if (m.lr_scheduled) j["lr_factor"] = m.lr_factor, j["optimizer_steps"] = m.optimizer_steps;
   if (m.peak_accumulation_bytes > 0) j["peak_accumulation_bytes"] = m.peak_accumulation_bytes;
   if (!m.checkpoint.empty()) j["checkpoint"] = {{"dir", m.checkpoint}, {"ms", 1e3 * m.checkpoint_s}};
   for (int p = 0; p < kNumPhases; ++p) {
@@ -133,6 +136,7 @@ std::vector<std::string> resume_lines(const ResumeInfo& r) {
       r.checkpoint.c_str(), static_cast<long long>(r.step), r.written_world_size,
       r.same_layout ? "same layout (each rank read its own file)" : "resharded onto this plan",
       static_cast<long long>(r.bytes_verified), static_cast<long long>(r.bytes_read), static_cast<long long>(r.bytes_total))};
+  if (!r.lr_schedule.empty()) out.push_back("resume: " + r.lr_schedule);
   for (const std::string& w : r.warnings) out.push_back("resume: warning: " + w);
   return out;
 }

@@ -76,15 +76,17 @@ class OwnerRunner : public PlacementRunner {
     r.non_finite_norm = report.non_finite_norm;
     return r;
   }
+  void set_lr_factor(double factor) override { rt_.set_lr_factor(factor); }
   ParamMap full_params() override { return rt_.gather_full_params(); }
   std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
-                              const std::string& sampler) override {
+                              const LoopState& loop) override {
     CheckpointContext ctx;
     ctx.step = step;
     ctx.placement = to_string(config.placement);
     ctx.model = model_config_json(config.model);
     ctx.optimizers = optimizers_to_json(config.runtime);
-    ctx.sampler = nlohmann::json::parse(sampler);
+    ctx.sampler = nlohmann::json::parse(loop.sampler);
+    if (!loop.lr_schedule.empty()) ctx.lr_schedule = nlohmann::json::parse(loop.lr_schedule);
     ctx.allow_rollback = config.checkpoint_rollback;
     const auto& kill_at = config.kill_rank_in_checkpoint;
     if (kill_at && kill_at->first == world_.rank() && kill_at->second == step)

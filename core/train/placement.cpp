@@ -28,7 +28,7 @@ bool runs_on_owner_runtime(Placement placement) {
   return placement == Placement::owner || placement == Placement::reconstruct || placement == Placement::alltoall;
 }
 
-std::string PlacementRunner::save_checkpoint(const std::string&, int64_t, const TrainConfig& config, const std::string&) {
+std::string PlacementRunner::save_checkpoint(const std::string&, int64_t, const TrainConfig& config, const LoopState&) {
   TORCH_CHECK(false, "train: placement ", to_string(config.placement),
               " does not write checkpoints (owner, reconstruct and alltoall do)");
 }

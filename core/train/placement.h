@@ -49,6 +49,13 @@ bool runs_on_owner_runtime(Placement placement);
 // What a run resumed from (TrainResult::resumed): the loader's own record (core/io/load_report.h).
 using ResumeInfo = LoadReport;
 
+// What the training loop records in a checkpoint besides the runner's own state (JSON texts):
+// this rank's data sampler, and the learning-rate schedule with the optimizer steps taken
+// (lr_schedule_to_json; empty: none).
+struct LoopState {
+  std::string sampler, lr_schedule;
+};
+
 // One placement's training step on one rank, behind the common loop (train_loop), in the stages of
 // the documented step (docs/architecture.md, "The step as stages"):
 //   forward_backward  forward and backward of this rank's batch, and the reduction that leaves
@@ -58,8 +65,8 @@ using ResumeInfo = LoadReport;
 //                     date (phases optimizer_step, update_broadcast)
 // train_loop calls forward_backward once per micro-batch of the step (MicroBatch: index m of K;
 // the reduction of the last one leaves the step's mean gradient, summed in the GradReduce mode's
-// order, core/runtime/reduction.h), then update once. Clipping and the learning-rate schedule run
-// between the two.
+// order, core/runtime/reduction.h), then set_lr_factor and update once. Clipping runs at the end
+// of the last micro-batch's reduction.
 class PlacementRunner {
  public:
   struct Gradients {
@@ -78,6 +85,9 @@ class PlacementRunner {
   virtual Gradients forward_backward(const at::Tensor& tokens, const at::Tensor& targets,
                                      const std::function<void()>& before_backward, const MicroBatch& micro_batch) = 0;
   virtual Update update() = 0;
+  // The learning-rate schedule's factor λ(t) for the next update (core/optim/lr_schedule.h), on
+  // every optimizer the runner steps with; no collective.
+  virtual void set_lr_factor(double factor) = 0;
   // Every parameter in full, as CPU copies (may communicate, in phase `other`).
   virtual ParamMap full_params() = 0;
   virtual int64_t resident_bytes() const = 0;
@@ -89,10 +99,10 @@ class PlacementRunner {
   // replicate groups): train_loop resets them each step and adds their counters to the step's.
   virtual std::vector<Communicator*> communicators() { return {}; }
   // Checkpoints: writes one after `step` steps under `root` (collective; returns its directory),
-  // or loads one and returns what it found. `sampler` is this rank's sampler state as JSON text.
+  // or loads one and returns what it found. `loop` is what the loop records (LoopState).
   // Placements that cannot say so.
   virtual std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
-                                      const std::string& sampler);
+                                      const LoopState& loop);
   virtual ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config);
 };
 using PlacementRunnerFactory =

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 
@@ -145,6 +146,39 @@ void claim_checkpoint_dir(TrainConfig& run, const std::string& resumed) {
   }
 }
 
+std::string lambda_text(double lambda) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", lambda);
+  return buf;
+}
+
+// Resuming: the optimizer steps taken come from the checkpoint, and so does the decay length when
+// this run gives none for the same kind of schedule; this run's flags win otherwise. Returns what
+// differs from the recorded schedule ("" when nothing does), for the resume's warnings.
+std::string resume_schedule(const TrainConfig& config, const CheckpointLayout& layout, LrSchedule& schedule, int64_t& taken) {
+  if (layout.lr_schedule.is_null()) {
+    taken = layout.step;  // written before schedules were recorded: a constant rate, no step skipped
+    return schedule.kind == LrScheduleKind::constant && schedule.warmup_steps == 0
+               ? ""
+               : "the checkpoint records no learning-rate schedule (a constant rate); this run's " + describe(schedule) +
+                     " starts at t = " + std::to_string(taken) + ", the checkpoint's step";
+  }
+  LrSchedule was;
+  try {
+    was = lr_schedule_from_json(layout.lr_schedule, &taken);
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "train: cannot resume from the checkpoint's learning-rate schedule: ", e.what());
+  }
+  TORCH_CHECK(taken <= layout.step, "train: the checkpoint records ", taken, " optimizer steps in ", layout.step, " steps");
+  schedule = config.lr_schedule;
+  if (schedule.kind == was.kind && !schedule.decay_steps) schedule.decay_steps = was.decay_steps;
+  schedule = resolve_decay_steps(schedule, config.steps);
+  const std::string now = describe(schedule), before = describe(was);
+  if (now == before) return "";
+  return "learning-rate schedule was " + before + ", is " + now +
+         " (this run's flags win; t = " + std::to_string(taken) + " optimizer steps continues)";
+}
+
 // The step's traffic per phase: the world's communicator and (HSDP) the runner's groups, all in one.
 void count_step_traffic(Communicator& world, const std::vector<Communicator*>& groups, StepMetrics& m) {
   for (int p = 0; p < kNumPhases; ++p) {
@@ -191,11 +225,17 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
   std::string resumed;
   std::unique_ptr<CheckpointDirLock> lock;
   std::vector<std::string> allowed;
+  validate(config.lr_schedule);
+  LrSchedule schedule = resolve_decay_steps(config.lr_schedule, config.steps);
+  int64_t taken = 0;  // t: the optimizer steps taken
+  std::string schedule_note;  // what resuming did to the schedule
   std::string error = error_of([&] {
     if (!config.resume_from.empty()) {
       resumed = resolve_checkpoint(config.resume_from);
+      const CheckpointLayout layout = read_layout(resumed);
+      schedule_note = resume_schedule(config, layout, schedule, taken);
       const SettingsDiff d =
-          compare_settings(read_layout(resumed), model_config_json(config.model), optimizers_to_json(config.runtime),
+          compare_settings(layout, model_config_json(config.model), optimizers_to_json(config.runtime),
                            precision_to_json(config.runtime.precision));
       if (!d.refused.empty()) {
         std::string all;
@@ -218,7 +258,12 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     result.resumed = stepper->load_checkpoint(resumed, config);
     result.resumed.warnings =
         sampler_differences(result.resumed.sampler, sampler_json(config, corpus, ctx.rank, ctx.world_size, result.resumed.step));
-    for (const std::string& a : allowed) result.resumed.warnings.push_back(a + " (allowed: a learning rate may change on resume)");
+    for (const std::string& a : allowed)
+      result.resumed.warnings.push_back(a + " (allowed: a learning rate may change on resume; this run's base rate is used)");
+    if (!schedule_note.empty()) result.resumed.warnings.push_back(schedule_note);
+    result.resumed.lr_schedule = "learning rates: this run's base rates (--lr, --adamw-lr, --group) times the schedule's " +
+                                 describe(schedule) + " at t = " + std::to_string(taken) + " optimizer steps taken (lambda " +
+                                 lambda_text(lr_lambda(schedule, taken)) + ")";
     TORCH_CHECK(result.resumed.step <= INT32_MAX, "train: checkpoint step ", result.resumed.step, " is out of range");
     start = static_cast<int>(result.resumed.step);
     if (config.on_resume) config.on_resume(result.resumed);
@@ -250,7 +295,12 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
       m.backward_s += g.backward_s;
     }
     m.local_loss = K == 1 ? loss_sum : loss_sum / K;
+    m.lr_scheduled = scheduled(schedule);
+    m.lr_factor = lr_lambda(schedule, taken);
+    stepper->set_lr_factor(m.lr_factor);
     const PlacementRunner::Update u = stepper->update();
+    if (!u.skipped) ++taken;  // a skipped step takes no optimizer step, so t stays
+    m.optimizer_steps = taken;
     m.optimizer_s = u.optimizer_s;
     m.skipped = u.skipped;
     m.non_finite_parameter = u.non_finite_parameter;
@@ -259,8 +309,9 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     if (!config.checkpoint_dir.empty() && config.checkpoint_every > 0 &&
         (m.step % config.checkpoint_every == 0 || m.step == config.steps)) {
       const auto t0 = std::chrono::steady_clock::now();
-      result.checkpoints.push_back(stepper->save_checkpoint(
-          config.checkpoint_dir, m.step, run, sampler_json(config, corpus, ctx.rank, ctx.world_size, m.step).dump()));
+      const LoopState loop{sampler_json(config, corpus, ctx.rank, ctx.world_size, m.step).dump(),
+                           lr_schedule_to_json(schedule, taken).dump()};
+      result.checkpoints.push_back(stepper->save_checkpoint(config.checkpoint_dir, m.step, run, loop));
       m.checkpoint_s = seconds_since(t0);
       m.checkpoint = result.checkpoints.back();
     }

@@ -7,6 +7,7 @@
 #include "core/train/model.h"
 #include "core/plan/planner.h"
 #include "core/dist/ranks.h"
+#include "core/optim/lr_schedule.h"
 #include "core/runtime/owner_runtime.h"
 
 #include <nlohmann/json_fwd.hpp>
@@ -36,6 +37,10 @@ struct TrainConfig {
   // micro-batches of b rows see the tokens of one batch of K*b. The order their gradients are
   // added in is runtime.grad_reduce.
   int grad_accum = 1;
+  // The learning-rate schedule (docs/schedules.md): every optimizer's lr is its base times
+  // λ(t), t the optimizer steps taken. An unset decay length is resolved once, from the steps of
+  // the run that starts the schedule, and then kept in its checkpoints.
+  LrSchedule lr_schedule;
   uint64_t seed = 0;
   std::string data;  // corpus path; empty = the default corpus
   // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
@@ -82,6 +87,9 @@ struct StepMetrics {
   // same on every rank; non_finite_norm: it was not finite though every gradient was.
   std::optional<double> grad_norm;
   bool non_finite_norm = false;
+  bool lr_scheduled = false;  // the run has a schedule (scheduled(TrainConfig::lr_schedule))
+  double lr_factor = 1;  // the schedule's λ(t) this step's update used
+  int64_t optimizer_steps = 0;  // t after this step: the optimizer steps taken so far (skipped steps take none)
   std::string checkpoint;  // committed after this step, if any
   double checkpoint_s = 0;
 };
