@@ -34,6 +34,14 @@ experts at W = 3): torch.nn.utils.get_total_norm of the mean gradients in the mo
 order, then clip_grads_with_norm_; every step's norm before clipping bit for bit besides losses,
 parameters and state.
 
+The same again under learning-rate schedules (`mfsdp train --lr-schedule warmup-cosine
+--warmup-steps 1 --decay-steps 2 --min-lr-ratio 0.1` at W = 3, wsd at W = 2): torch's LambdaLR over
+torch.optim.Muon and AdamW with the closed-form lambda of docs/schedules.md written here in Python;
+every step's lambda (`--metrics` lr_factor), losses, parameters and state bit for bit. And every
+schedule of torch_ground_truth_dump's table over 300 steps: the learning rates LambdaLR gives equal
+those mfsdp steps with, bit for bit; torch's recursive LinearLR / CosineAnnealingLR (in a
+SequentialLR after the warm-up) are only measured against them, within SCHEDULE_RECURSIVE_ULP.
+
 The same again with a mixture of experts (`mfsdp train --experts 4 --top-k 2`, fp32 at W = 3,
 bf16 at W = 2): every block's MLP a float32 router softmax, a stable top-2, tokens dispatched by a
 stable sort and gathers, and 3-D expert tensors [4, out, in]; torch.optim.Muon steps each expert's
@@ -75,6 +83,10 @@ RMS_EPS = 1e-6
 MUON_LR, ADAMW_LR = 0.02, 3e-3  # training_defaults() (core/plan/optimizer_config.cpp)
 SEED, BATCH, SEQ = 0, 4, 32      # mfsdp train's defaults
 STEPS = 4
+# torch's recursive schedulers (LinearLR, CosineAnnealingLR: each lr from the previous one) against
+# the closed form: the last bits drift with the steps. Bound on the largest difference, in units in
+# the last place of the closed form's lr, over the dump's 300-step table (measured: see docs/schedules.md).
+SCHEDULE_RECURSIVE_ULP = 64
 MASK64 = (1 << 64) - 1
 EXPERTS, TOP_K = 4, 2  # --experts 4 --top-k 2 (expert width: the dense INTERMEDIATE)
 
@@ -305,22 +317,114 @@ def make_optimizers(params, tied=False, moe=False):
     return muon, adamw, slices
 
 
+def schedule_lambda(kind, warmup, stable, decay, min_ratio):
+    """λ(t) of docs/schedules.md, operation for operation as core/optim/lr_schedule.cpp evaluates it."""
+    def lam(t):
+        if t < warmup:
+            return (t + 1) / (warmup + 1)
+        if kind == "constant":
+            return 1.0
+        since = t - warmup
+        if kind == "wsd":
+            if since < stable:
+                return 1.0
+            since -= stable
+        p = min(since, decay) / decay
+        if kind == "warmup-cosine":
+            return min_ratio + (1 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
+        return min_ratio + (1 - min_ratio) * (1.0 - p)
+    return lam
+
+
+def schedule_flags(schedule):
+    kind, warmup, stable, decay, min_ratio = schedule
+    flags = ["--lr-schedule", kind, "--warmup-steps", str(warmup)]
+    if kind == "wsd":
+        flags += ["--stable-steps", str(stable)]
+    if kind != "constant":
+        flags += ["--decay-steps", str(decay), "--min-lr-ratio", repr(min_ratio)]
+    return flags
+
+
+def lambda_lr_sequence(base, lam, steps, make=None):
+    """The lr a torch optimizer steps with at t = 0 .. steps - 1 under LambdaLR(lam), or the
+    scheduler `make(optimizer)` builds."""
+    p = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([p], lr=base)
+    sched = make(opt) if make else torch.optim.lr_scheduler.LambdaLR(opt, lam)
+    out = []
+    for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+def ulps(a, b):
+    return abs(a - b) / math.ulp(b) if b != 0 else (0 if a == 0 else float("inf"))
+
+
+def check_schedules(tally, path):
+    """Each schedule of the dump's table: LambdaLR bitwise; torch's recursive built-ins measured."""
+    import warnings
+    table = json.load(open(path))
+    worst = (0.0, "")
+    for s in table:
+        kind, warmup = s["kind"], s["warmup_steps"]
+        stable, decay, min_ratio = s.get("stable_steps", 0), s.get("decay_steps", 1), s.get("min_lr_ratio", 0.0)
+        base = float.fromhex(s["base_lr"])
+        mine = [float.fromhex(x) for x in s["lrs"]]
+        theirs = lambda_lr_sequence(base, schedule_lambda(kind, warmup, stable, decay, min_ratio), len(mine))
+        bad = [t for t in range(len(mine)) if mine[t].hex() != theirs[t].hex()]
+        name = f"{kind} (warm-up {warmup}, stable {stable}, decay {decay}, min ratio {min_ratio:g}) at lr {base:g}"
+        tally.check(not bad, f"LambdaLR: {name}, {len(mine)} steps",
+                    "every lr bitwise equal" if not bad else f"first difference at t = {bad[0]}: "
+                    f"{mine[bad[0]].hex()} vs {theirs[bad[0]].hex()}")
+        if kind not in ("warmup-cosine", "warmup-linear") or warmup == 1:
+            continue
+        # The recursive built-ins: LinearLR for the warm-up, then CosineAnnealingLR or LinearLR over
+        # the decay, compared up to the decay's end (CosineAnnealingLR rises again after T_max).
+        def make(opt):
+            if kind == "warmup-cosine":
+                after = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=decay, eta_min=min_ratio * base)
+            else:
+                after = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=min_ratio, total_iters=decay)
+            if warmup == 0:
+                return after
+            ramp = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1 / (warmup + 1), end_factor=warmup / (warmup + 1),
+                                                     total_iters=warmup - 1)
+            return torch.optim.lr_scheduler.SequentialLR(opt, [ramp, after], milestones=[warmup])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SequentialLR's deprecation notes
+            n = min(warmup + decay + 1, len(mine))
+            recursive = lambda_lr_sequence(base, None, n, make)
+        far = max((ulps(recursive[t], mine[t]), t) for t in range(n))
+        if far[0] > worst[0]:
+            worst = (far[0], f"{name} at t = {far[1]}")
+    tally.check(worst[0] <= SCHEDULE_RECURSIVE_ULP,
+                "torch's recursive LinearLR / CosineAnnealingLR (SequentialLR after the warm-up) vs the closed form",
+                f"largest difference {worst[0]:.0f} ULP ({worst[1] or 'none'}; bound {SCHEDULE_RECURSIVE_ULP})")
+
+
 class Job:
     """One PyTorch training: its world size, how gradients are averaged (mode "rank_order":
     all-gathered and summed in rank order; "ddp": stock DDP), and the model's options."""
 
-    def __init__(self, world_size, mode="rank_order", precision="fp32", tied=False, moe=False, accum=None, clip=None):
+    def __init__(self, world_size, mode="rank_order", precision="fp32", tied=False, moe=False, accum=None, clip=None,
+                 schedule=None):
         self.world_size, self.mode, self.precision, self.tied, self.moe = world_size, mode, precision, tied, moe
         self.accum = accum  # None, or (K, "per-microbatch" | "deferred"): K micro-batches of BATCH / K
         self.clip = clip    # None, or the max norm of torch.nn.utils' clipping
+        self.schedule = schedule  # None, or (kind, warm-up, stable, decay, min ratio): LambdaLR
 
     def tag(self):
-        return run_tag(self.precision, self.tied, self.moe, self.accum, self.clip, self.world_size, self.mode)
+        return run_tag(self.precision, self.tied, self.moe, self.accum, self.clip, self.world_size, self.mode, self.schedule)
 
 
-def run_tag(precision, tied, moe, accum, clip, world_size, mode=None):
+def run_tag(precision, tied, moe, accum, clip, world_size, mode=None, schedule=None):
     acc = f"_k{accum[0]}_{accum[1]}" if accum else ""
     acc += f"_clip{clip:g}" if clip else ""
+    acc += "_" + "_".join(map(str, schedule)) if schedule else ""
     return (f"{mode + '_' if mode else ''}{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}{acc}"
             f"_w{world_size}")
 
@@ -355,6 +459,10 @@ def train_rank(rank, group, job, out_path):
         params = dict(model.named_parameters())
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group) if mode == "ddp" else None
     muon, adamw, slices = make_optimizers(params, tied, moe)
+    schedulers = []
+    if job.schedule:  # one LambdaLR per optimizer, the same λ (every group's lr = its base × λ)
+        lam = schedule_lambda(*job.schedule)
+        schedulers = [torch.optim.lr_scheduler.LambdaLR(muon, lam), torch.optim.lr_scheduler.LambdaLR(adamw, lam)]
     losses, grads_per_step, grad_norms = [], [], []
     K, accum_mode = job.accum or (1, "per-microbatch")
     b = BATCH // K
@@ -410,6 +518,8 @@ def train_rank(rank, group, job, out_path):
             view.grad = params[name].grad[e].contiguous()
         muon.step()
         adamw.step()
+        for s in schedulers:
+            s.step()
         local = torch.tensor([loss_value], dtype=torch.float64)
         gathered = [torch.empty_like(local) for _ in range(world_size)]
         dist.all_gather(gathered, local, group=group)
@@ -467,8 +577,8 @@ def run(cmd):
     return r.stdout
 
 
-def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False, accum=None, clip=None):
-    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size))
+def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False, accum=None, clip=None, schedule=None):
+    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size, None, schedule))
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
     K = accum[0] if accum else 1
@@ -477,11 +587,12 @@ def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False
          "--checkpoint-every", str(STEPS), "--param-dtype", precision] + (["--tie-embeddings"] if tied else []) +
         (["--experts", str(EXPERTS), "--top-k", str(TOP_K)] if moe else []) +
         (["--grad-accum", str(K), "--grad-reduce", accum[1]] if accum else []) +
-        (["--max-norm", repr(clip)] if clip else []))
+        (["--max-norm", repr(clip)] if clip else []) + (schedule_flags(schedule) if schedule else []))
     run([mfsdp, "export", ck, "--out", model])
     rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
     losses = [r["loss"] for r in rows]
     grad_norms = [r["grad_norm"] for r in rows if "grad_norm" in r]
+    lr_factors = [r["lr_factor"] for r in rows if "lr_factor" in r]
     step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
     layout = json.load(open(f"{step_dir}/layout.json"))
     pieces = {}  # (param, state) -> [(row_begin, tensor)]
@@ -500,7 +611,8 @@ def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False
         for o in rank.get("optimizers", []):
             if "step" in o.get("scalars", {}):
                 steps[o["param"]] = o["scalars"]["step"]
-    return {"losses": losses, "params": load_file(model), "state": state, "steps": steps, "grad_norms": grad_norms}
+    return {"losses": losses, "params": load_file(model), "state": state, "steps": steps, "grad_norms": grad_norms,
+            "lr_factors": lr_factors}
 
 
 # ---- Comparison ---------------------------------------------------------------------------------
@@ -578,6 +690,8 @@ def main():
     ap.add_argument("--clip", default="fp32:3:0.5,fp32:2:0.5:4:per-microbatch,bf16:3:0.5:2:deferred,fp32:3:0.5:moe",
                     help="clipping runs as precision:W:MAX_NORM[:K:order | :moe] (torch.nn.utils.get_total_norm and "
                          "clip_grads_with_norm_ on the mean gradients, after accumulation)")
+    ap.add_argument("--schedule", default="fp32:3:warmup-cosine:1:0:2:0.1,fp32:2:wsd:1:1:1:0.1",
+                    help="learning-rate schedule runs as precision:W:KIND:WARMUP:STABLE:DECAY:MIN_RATIO (LambdaLR)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tally = Tally()
@@ -594,32 +708,40 @@ def main():
         for r in range(max(world_sizes)):
             mine[f"tokens.s{s}.r{r}"], mine[f"targets.s{s}.r{r}"] = batch(data, SEED, s, r, BATCH, SEQ)
     compare_dicts(tally, "every rank's batch of every step (ByteCorpus::batch)", mine, dumped)
+    print("learning-rate schedules, torch.optim.lr_scheduler vs the lrs mfsdp's optimizers step with:")
+    check_schedules(tally, f"{args.work}/lr_schedules.json")
 
-    runs = [(p, w, False, False, None, None) for p in args.precisions.split(",") for w in world_sizes]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False, None, None) for t in args.tied.split(",") if t]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True, None, None) for t in args.moe.split(",") if t]
+    runs = [(p, w, False, False, None, None, None) for p in args.precisions.split(",") for w in world_sizes]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False, None, None, None) for t in args.tied.split(",") if t]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True, None, None, None) for t in args.moe.split(",") if t]
     for t in filter(None, args.accum.split(",")):
         precision, W, K, order = t.split(":")
-        runs.append((precision, int(W), False, False, (int(K), order), None))
+        runs.append((precision, int(W), False, False, (int(K), order), None, None))
     for t in filter(None, args.clip.split(",")):
         f = t.split(":")
         moe = f[3:] == ["moe"]
-        runs.append((f[0], int(f[1]), False, moe, (int(f[3]), f[4]) if len(f) == 5 else None, float(f[2])))
-    jobs = [Job(W, "rank_order", precision, tied, moe, accum, clip) for precision, W, tied, moe, accum, clip in runs]
+        runs.append((f[0], int(f[1]), False, moe, (int(f[3]), f[4]) if len(f) == 5 else None, float(f[2]), None))
+    for t in filter(None, args.schedule.split(",")):
+        f = t.split(":")
+        runs.append((f[0], int(f[1]), False, False, None, None, (f[2], int(f[3]), int(f[4]), int(f[5]), float(f[6]))))
+    jobs = [Job(W, "rank_order", precision, tied, moe, accum, clip, schedule)
+            for precision, W, tied, moe, accum, clip, schedule in runs]
     if 3 in world_sizes and "fp32" in args.precisions.split(","):
         jobs.append(Job(3, "ddp"))
     print(f"PyTorch: {len(jobs)} trainings over one pool of {max(j.world_size for j in jobs)} gloo processes")
     trained = train_torch(jobs, args.work)
-    for precision, W, tied, moe, accum, clip in runs:
+    for precision, W, tied, moe, accum, clip, schedule in runs:
         flags = (" --tie-embeddings" if tied else "") + (f" --experts {EXPERTS} --top-k {TOP_K}" if moe else "")
         flags += f" --grad-accum {accum[0]} --grad-reduce {accum[1]}" if accum else ""
         flags += f" --max-norm {clip:g}" if clip else ""
+        flags += " " + " ".join(schedule_flags(schedule)) if schedule else ""
         print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}{', experts' if moe else ''}"
               f"{f', {accum[0]} micro-batches ({accum[1]})' if accum else ''}"
-              f"{f', clipped at {clip:g} (get_total_norm, clip_grads_with_norm_)' if clip else ''}: torch.optim.Muon/AdamW "
+              f"{f', clipped at {clip:g} (get_total_norm, clip_grads_with_norm_)' if clip else ''}"
+              f"{f', {schedule[0]} schedule (LambdaLR)' if schedule else ''}: torch.optim.Muon/AdamW "
               f"over {W} gloo process(es), rank-order mean, vs mfsdp train --param-dtype {precision}{flags}:")
-        theirs = trained[Job(W, "rank_order", precision, tied, moe, accum, clip).tag()]
-        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe, accum, clip)
+        theirs = trained[Job(W, "rank_order", precision, tied, moe, accum, clip, schedule).tag()]
+        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe, accum, clip, schedule)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
             a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
@@ -632,13 +754,19 @@ def main():
             binds = sum(n > clip for n in theirs["grad_norms"])
             tally.check(same_norms and binds > 0, f"gradient norms before clipping of {STEPS} steps ({binds} above {clip:g})",
                         "" if same_norms else f"mfsdp {got['grad_norms']} vs torch {theirs['grad_norms']}")
+        if schedule:
+            lam = schedule_lambda(*schedule)
+            want = [lam(t) for t in range(STEPS)]
+            same = len(got["lr_factors"]) == STEPS and all(float(a).hex() == b.hex() for a, b in zip(got["lr_factors"], want))
+            tally.check(same and len(set(want)) > 2, f"each step's lambda (--metrics lr_factor), {STEPS} steps",
+                        " ".join(f"{x:.4g}" for x in want) if same else f"mfsdp {got['lr_factors']} vs {want}")
         compare_dicts(tally, "final parameters (mfsdp export)", got["params"], theirs["params"])
         tensors = {k: v for k, v in theirs["state"].items() if not k.endswith("|step")}
         compare_dicts(tally, "final optimizer state (momentum_buffer, exp_avg, exp_avg_sq)", got["state"], tensors)
         torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
         tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
                     "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
-        if precision != "fp32" or tied or moe or accum or clip:
+        if precision != "fp32" or tied or moe or accum or clip or schedule:
             continue
         if W == 1:
             check_idiomatic(tally, init, "initial", data)
