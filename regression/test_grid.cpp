@@ -9,6 +9,7 @@
 #include "core/util/enum_names.h"
 #include "core/train/model.h"
 #include "harness/placements.h"
+#include "core/util/tensor_compare.h"
 #include "harness/trajectory.h"
 #include "testing/fixtures.h"
 
@@ -115,6 +116,19 @@ std::string row_name(const ::testing::TestParamInfo<Row>& info) {
   return n;
 }
 
+// The first recorded parameter in which two ranks' trajectories differ ("" if none).
+std::string first_param_difference(const Trajectory& a, const Trajectory& b) {
+  if (a.params.size() != b.params.size()) return "different numbers of steps";
+  for (size_t s = 0; s < a.params.size(); ++s)
+    for (const auto& [name, t] : a.params[s]) {
+      const auto it = b.params[s].find(name);
+      if (it == b.params[s].end()) return "step " + std::to_string(s + 1) + ": " + name + " missing";
+      const TensorDiff d = diff(it->second, t);
+      if (!d.bitwise_equal) return "step " + std::to_string(s + 1) + ": " + name + " (" + describe(d, it->second, t) + ")";
+    }
+  return "";
+}
+
 class GridRow : public ::testing::TestWithParam<Row> {};
 
 TEST_P(GridRow, BitMatchesTheOracle) {
@@ -125,8 +139,15 @@ TEST_P(GridRow, BitMatchesTheOracle) {
   RanksOptions ranks;
   ranks.world_size = r.W;
   ranks.timeout = std::chrono::seconds(120);
+  // Every rank records every parameter in full after every step, so on each side the ranks must
+  // agree among themselves too; which side's ranks disagree tells where a difference came from.
+  std::vector<Trajectory> oracles(r.W), runtimes(r.W);
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    const Comparison cmp = compare(run_oracle(ctx, config), run_recorded(ctx, config));
+    Trajectory& oracle = oracles[ctx.rank];
+    Trajectory& runtime = runtimes[ctx.rank];
+    oracle = run_oracle(ctx, config);
+    runtime = run_recorded(ctx, config);
+    const Comparison cmp = compare(oracle, runtime);
     if (!cmp.bitwise_equal) {
       std::lock_guard<std::mutex> lock(mutex);
       failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " +
@@ -134,6 +155,11 @@ TEST_P(GridRow, BitMatchesTheOracle) {
                          std::to_string(cmp.max_abs_diff) + ", max ULP " + std::to_string(cmp.max_ulp));
     }
   });
+  for (const auto& [side, all] : {std::pair{"oracle", &oracles}, std::pair{"runtime", &runtimes}})
+    for (int rank = 1; rank < r.W; ++rank) {
+      const std::string d = first_param_difference((*all)[0], (*all)[rank]);
+      if (!d.empty()) failures.push_back(std::string(side) + ": rank " + std::to_string(rank) + " differs from rank 0: " + d);
+    }
   for (const auto& f : failures) ADD_FAILURE() << "row " << r.id << ": " << f;
   if (failures.empty())
     std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, mlp %s, tied %s, experts %s "
