@@ -36,6 +36,10 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
     cmd->add_flag("--prefetch", o.prefetch,
                   "Overlap: unshard the next unit (revive the previous one in backward) while this one computes "
                   "(two units gathered at once)");
+  if (set.prefetch)
+    cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
+                  "Recompute each transformer block in backward on its revived buffer, keeping only block inputs "
+                  "(owner, reconstruct, alltoall; no extra unshard; docs/recompute.md)");
   if (!set.model) return;
   cmd->add_flag("--tie-embeddings", o.tie_embeddings,
                 "The output head reuses the token embedding (one parameter, both uses' gradients summed)");
@@ -107,6 +111,7 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
   c.runtime.step_mode = o.step_mode;
   c.runtime.reduce = o.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = o.prefetch;
+  c.runtime.activation_checkpointing = o.activation_checkpointing;
 }
 
 void add_schedule_options(CLI::App* cmd, ScheduleArgs& a) {

@@ -48,6 +48,7 @@ struct RunOptions {
   MoeArgs moe;
   bool fast = false;
   bool prefetch = false;
+  bool activation_checkpointing = false;  // recompute each block in backward (docs/recompute.md)
   int units_gathered() const { return prefetch ? 2 : 1; }
 };
 

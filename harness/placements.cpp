@@ -64,6 +64,10 @@ class DdpRunner final : public DdpOracle {
 }  // namespace
 
 void apply_placement(Placement placement, TrainConfig& config) {
+  // The replicas (zero1, ddp) never recompute; as the oracle, ddp is the control of recomputing runs.
+  TORCH_CHECK(!config.runtime.activation_checkpointing || runs_on_owner_runtime(placement),
+              "--activation-checkpointing: placement ", to_string(placement),
+              " holds full replicas and does not recompute (owner, reconstruct and alltoall do)");
   config.placement = placement;
   if (placement == Placement::reconstruct || placement == Placement::alltoall) {
     config.planner.rules = {{"*", Role::even_shard}};

@@ -10,6 +10,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/zeros.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 
@@ -28,6 +29,13 @@ struct OwnerRuntimeAutogradHooks {
   static void revive(OwnerRuntime& rt, int unit) {
     rt.queue_final_callback();
     rt.revive_unit(unit);
+  }
+  static at::Tensor forward_recomputed(OwnerRuntime& rt, int unit, const at::Tensor& input) {
+    return rt.recompute_fns_.at(unit)(rt.unshard(unit), input);
+  }
+  static at::Tensor recompute_backward(OwnerRuntime& rt, int unit, const at::Tensor& input, const at::Tensor& grad_output) {
+    rt.queue_final_callback();  // on the outer backward: the nested one below must not finish the step
+    return rt.recompute_backward(unit, input, grad_output);
   }
 };
 
@@ -64,6 +72,24 @@ struct PreBackward : public torch::autograd::Function<PreBackward> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     OwnerRuntimeAutogradHooks::revive(*runtime_of(ctx), static_cast<int>(ctx->saved_data["unit"].toInt()));
     return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+// Activation checkpointing of one unit: forward runs the unit (gathering it) with autograd off and
+// saves only its input (and the unit's anchor, so the output needs a gradient whenever the unit's
+// parameters do); backward re-runs the unit's forward on the revived buffer and its backward.
+struct Recompute : public torch::autograd::Function<Recompute> {
+  static at::Tensor forward(AutogradContext* ctx, at::Tensor x, at::Tensor anchor, int64_t runtime, int64_t unit) {
+    ctx->saved_data["runtime"] = runtime;
+    ctx->saved_data["unit"] = unit;
+    ctx->save_for_backward({x});
+    return OwnerRuntimeAutogradHooks::forward_recomputed(*reinterpret_cast<OwnerRuntime*>(runtime), static_cast<int>(unit), x);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables().at(0);
+    at::Tensor dx = OwnerRuntimeAutogradHooks::recompute_backward(*runtime_of(ctx), static_cast<int>(ctx->saved_data["unit"].toInt()),
+                                                                  x, grads.at(0));
+    return {dx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -107,6 +133,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
   local_sums_.resize(plan_.units().size());
   reduced_sums_.resize(plan_.units().size());
   last_borrower_.assign(plan_.units().size(), -1);
+  recompute_fns_.resize(plan_.units().size());
   lent_views_.resize(plan_.shards().size());
   for (int u = 0; u < static_cast<int>(plan_.units().size()); ++u)
     for (int b : plan_.units()[u].borrowed) last_borrower_[plan_.shards()[b].unit] = std::max(last_borrower_[plan_.shards()[b].unit], u);
@@ -165,6 +192,49 @@ ParamMap OwnerRuntime::unshard(int u) {
   }
   comm_.mark("forward", u);  // the caller computes unit u's forward from here
   return params;
+}
+
+ParamMap OwnerRuntime::unit_params(int u, const std::vector<at::Tensor>& views) const {
+  const Unit& unit = *units_.at(u);
+  ParamMap params;
+  for (size_t k = 0; k < unit.shards().size(); ++k) params.emplace(plan_.shards()[unit.shards()[k]].name, views[k]);
+  return params;
+}
+
+at::Tensor OwnerRuntime::recomputed_forward(int u, const at::Tensor& input, UnitFn fn) {
+  TORCH_CHECK(u >= 0 && u < num_units(), "runtime: rank ", comm_.rank(), ": no unit ", u);
+  TORCH_CHECK(last_borrower_[u] < 0 && plan_.units()[u].borrowed.empty(), "runtime: rank ", comm_.rank(), ": unit '",
+              units_[u]->name(), "' lends or borrows tied parameters and cannot be recomputed (recompute is per block)");
+  TORCH_CHECK(options_.reshard_after_forward, "runtime: rank ", comm_.rank(),
+              ": activation checkpointing recomputes on the revived buffer, so it needs reshard_after_forward");
+  recompute_fns_.at(u) = std::move(fn);
+  return Recompute::apply(input, anchors_[u], reinterpret_cast<int64_t>(this), static_cast<int64_t>(u));
+}
+
+at::Tensor OwnerRuntime::recompute_backward(int u, const at::Tensor& input, const at::Tensor& grad_output) {
+  // PreBackward revived the unit (and waited for its fill) before this node ran: the views below
+  // are the revived buffer, the storage the forward read.
+  Unit& unit = *units_.at(u);
+  TORCH_CHECK(unit.state() == UnitState::revived || unit.state() == UnitState::unsharded, "runtime: rank ", comm_.rank(),
+              ": unit '", unit.name(), "' is ", to_string(unit.state()), " when its recompute runs");
+  std::vector<at::Tensor> leaves = unit.full_views();
+  std::vector<at::Tensor> inputs;
+  for (at::Tensor& v : leaves) inputs.push_back(v.requires_grad_(true));
+  at::Tensor x = input.detach();
+  const bool needs_dx = input.requires_grad();
+  if (needs_dx) inputs.push_back(x.requires_grad_(true));
+  at::Tensor out;
+  {
+    at::AutoGradMode on(true);
+    out = recompute_fns_.at(u)(unit_params(u, leaves), x);
+  }
+  std::vector<at::Tensor> grads =
+      torch::autograd::grad({out}, inputs, {grad_output}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+  recompute_fns_.at(u) = nullptr;
+  at::Tensor dx = needs_dx ? grads.back() : at::Tensor();
+  grads.resize(leaves.size());
+  reduce_unit(u, grads);
+  return dx;
 }
 
 at::Tensor OwnerRuntime::after_forward(int u, const at::Tensor& output) {

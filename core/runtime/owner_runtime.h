@@ -37,6 +37,7 @@
 #include "core/runtime/unit.h"
 #include "core/util/enum_names.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,9 @@ struct RuntimeOptions : OptimizerOptions {
   // units' gathered memory is resident at once instead of one. The same collectives in the same
   // order on every rank, so results are bitwise those without prefetch.
   bool prefetch = false;
+  // Activation checkpointing, per transformer block (docs/recompute.md): each block's forward saves
+  // only its input; backward recomputes it on the revived buffer (OwnerRuntime::recomputed_forward).
+  bool activation_checkpointing = false;
   NonFinitePolicy non_finite = NonFinitePolicy::fail;
   // Global gradient-norm clipping (core/runtime/clipping.h): after the last micro-batch's
   // reduction, every gradient is scaled to a total 2-norm of at most max_norm (phase grad_norm).
@@ -126,6 +130,14 @@ class OwnerRuntime {
   bool step_in_progress() const { return step_open_; }
 
   ParamMap unshard(int u);
+  // Activation checkpointing (docs/recompute.md): unit u's forward `fn` (its parameters and input
+  // to its output), run with nothing saved for backward but `input`. Unshards u itself; the caller
+  // then calls after_forward as for any unit, which pins u. In backward, after u's revive, fn runs
+  // again on the revived buffer (the same storage, so the same values), then its backward, and the
+  // gradients go to u's reduction. Unshard calls and bytes equal those without recompute. Not for
+  // a unit that lends or borrows tied parameters (their gradient is summed over units).
+  using UnitFn = std::function<at::Tensor(const ParamMap& params, const at::Tensor& input)>;
+  at::Tensor recomputed_forward(int u, const at::Tensor& input, UnitFn fn);
   // Pins (or keeps) unit `u` after its forward and hooks `output` so backward revives `u` first.
   at::Tensor after_forward(int u, const at::Tensor& output);
   // Waits for every reduction and checks gradients for non-finite values (one all-reduce of a
@@ -177,6 +189,8 @@ class OwnerRuntime {
   void step_optimizers();
   void reduce_unit(int u, const std::vector<at::Tensor>& full_grads);
   void revive_unit(int u);
+  at::Tensor recompute_backward(int u, const at::Tensor& input, const at::Tensor& grad_output);
+  ParamMap unit_params(int u, const std::vector<at::Tensor>& views) const;
   void queue_final_callback();
   void track_peak();
 
@@ -184,6 +198,7 @@ class OwnerRuntime {
   Communicator& comm_;
   RuntimeOptions options_;
   std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<UnitFn> recompute_fns_;  // per unit: its forward, kept from forward to backward (recomputed_forward)
   std::vector<at::Tensor> anchors_;  // one leaf per unit: makes each unit's gather a graph node
   std::vector<std::unique_ptr<TensorOptimizer>> optimizers_;  // per plan shard; null where not stored here
   std::vector<bool> even_matrix_;            // per shard: stepped by even_step_ (a baseline)

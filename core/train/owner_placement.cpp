@@ -52,9 +52,16 @@ class OwnerRunner : public PlacementRunner {
     rt_.begin_micro_batch(micro_batch);
     auto t0 = std::chrono::steady_clock::now();
     at::Tensor x = tokens;
+    const bool recompute = rt_.options().activation_checkpointing;
     for (int u = 0; u < rt_.num_units(); ++u) {
-      ParamMap p = rt_.unshard(u);
-      x = model_.unit_forward(u, x, p, targets);
+      if (recompute && is_block(u)) {
+        x = rt_.recomputed_forward(u, x, [this, u](const ParamMap& p, const at::Tensor& in) {
+          return model_.unit_forward(u, in, p, at::Tensor());  // a block reads no targets
+        });
+      } else {
+        ParamMap p = rt_.unshard(u);
+        x = model_.unit_forward(u, x, p, targets);
+      }
       x = rt_.after_forward(u, x);
     }
     r.forward_s = seconds_since(t0);
@@ -102,6 +109,7 @@ class OwnerRunner : public PlacementRunner {
   uint64_t plan_hash() const override { return plan_.hash(); }
 
  private:
+  bool is_block(int u) const { return u >= 1 && u <= model_.config().layers; }  // units 0 and L + 1: embed, head
   const TransformerModel& model_;
   Communicator& world_;       // every rank (HSDP: the whole mesh)
   std::optional<Mesh> mesh_;  // HSDP only; its communicators outlive the runtime
