@@ -89,6 +89,7 @@ CheckpointContext context_of(const std::string& checkpoint, int rank) {
   c.model = first.model;
   c.optimizers = first.optimizers;
   c.sampler = first.ranks[rank].sampler;
+  c.lr_schedule = first.lr_schedule;  // the training loop's record, as written
   return c;
 }
 
