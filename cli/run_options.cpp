@@ -36,7 +36,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
     cmd->add_flag("--prefetch", o.prefetch,
                   "Overlap: unshard the next unit (revive the previous one in backward) while this one computes "
                   "(two units gathered at once)");
-  if (set.prefetch)
+  if (set.recompute)
     cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
                   "Recompute each transformer block in backward on its revived buffer, keeping only block inputs "
                   "(owner, reconstruct, alltoall; no extra unshard; docs/recompute.md)");

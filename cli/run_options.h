@@ -57,6 +57,7 @@ struct RunOptionSet {
   bool optimizer_flags = true;    // --batched-ns (the ones that change the optimizer's step)
   bool fast = true;               // --fast (not for plan: the plan does not depend on it)
   bool prefetch = true;           // --prefetch
+  bool recompute = true;          // --activation-checkpointing (simulate has its own; plan models no activations)
   bool output_dtype = true;       // --output-dtype
   bool model = true;              // --tie-embeddings and the MoE options
   bool explicit_planner = false;  // `--planner explicit` is offered (mfsdp plan, with --assign)

@@ -151,21 +151,29 @@ double forward_flops(const TransformerConfig& m, int64_t batch, int64_t seq) {
 
 int64_t activation_bytes(const TransformerConfig& m, int64_t batch, int64_t seq, c10::ScalarType dtype, bool checkpointing,
                          bool fused_attention) {
-  // Per layer, in 16-bit elements (Korthikanti et al. 2022, "Reducing Activation Recomputation in
-  // Large Transformer Models", eq. 1 without dropout masks): attention 10·s·b·h + 5·a·s²·b (scores
-  // and softmax; fused attention keeps neither), two norms 4·s·b·h, the SwiGLU MLP's input, gate,
-  // up and product 2·s·b·h + 6·s·b·I (ungated: input, the ups' output and GELU's, 2·s·b·h + 4·s·b·I).
-  // Scaled from 2 bytes to the compute dtype's size.
+  // What this model's autograd graph keeps (core/train/model.cpp; docs/recompute.md derives it and
+  // bench_recompute measures it), per layer, with e the compute dtype's bytes and no dropout:
+  //   each RMSNorm: its input as float32 (in fp32 the input itself), the normalised x in the
+  //     compute dtype and the output the projections read: 3·sbh·e in fp32, (4 + 2·e)·sbh in bf16;
+  //   q, k, v and the attention output before the o projection: 4·sbh·e (kv_heads taken as heads);
+  //   the softmax output a·s²·b in float32, and in bf16 also its cast the value product reads
+  //     (fused attention keeps neither);
+  //   the MLP: gate, SiLU(gate), up and their product (ungated: the two ups concatenated and
+  //     GELU's output, the same count): 4·sbI·e.
+  // Plus the head (its RMSNorm and the log-softmax of the logits in float32: 3·sbh·e + sbV·4) and
+  // the backward's largest temporary, the softmax's gradient (a·s²·b·4; none when fused). With
+  // checkpointing only each block's input stays (L·sbh·e) and one block's graph exists at a time.
   const double s = static_cast<double>(seq), b = static_cast<double>(batch), h = static_cast<double>(m.hidden);
-  const double I = static_cast<double>(m.intermediate), a = static_cast<double>(m.heads);
-  const double mlp = 2 * s * b * h + (m.gated_mlp ? 6 : 4) * s * b * I;  // ungated: the ups' output and GELU's
-  const double scores = fused_attention ? 0 : 5 * a * s * s * b;
-  const double per_layer = (10 * s * b * h + scores + 4 * s * b * h + mlp) *
-                           static_cast<double>(c10::elementSize(dtype)) / 2;
-  const double logits = 2.0 * s * b * static_cast<double>(m.vocab) * 4;  // fp32 logits and their softmax
+  const double I = static_cast<double>(m.intermediate), a = static_cast<double>(m.heads), V = static_cast<double>(m.vocab);
+  const double e = static_cast<double>(c10::elementSize(dtype));
+  const bool fp32 = e == 4;
+  const double norm = (fp32 ? 3 * e : 4 + 2 * e) * s * b * h;
+  const double scores = fused_attention ? 0 : a * s * s * b * (fp32 ? 4 : 4 + e);
+  const double per_layer = 2 * norm + 4 * s * b * h * e + scores + 4 * s * b * I * e;
+  const double head = norm + s * b * V * 4;
+  const double temporary = fused_attention ? 0 : a * s * s * b * 4;
   const double L = static_cast<double>(m.layers);
-  const double total = checkpointing ? L * s * b * h * static_cast<double>(c10::elementSize(dtype)) + per_layer + logits
-                                     : L * per_layer + logits;
+  const double total = (checkpointing ? L * s * b * h * e + per_layer : L * per_layer) + head + temporary;
   return static_cast<int64_t>(total);
 }
 
@@ -296,7 +304,7 @@ std::string price_compute(const SimConfig& c, const TrainConfig& traced_config, 
     r.stages[s].flops = trace.compute[s].flops_bf16 + trace.compute[s].flops_fp32;
     r.stages[s].ops = trace.compute[s].ops;
   }
-  if (c.activation_checkpointing) {  // backward recomputes each block's forward
+  if (c.activation_checkpointing && !traced_config.runtime.activation_checkpointing) {  // a replica: by formula
     r.stages[1].compute_s += r.stages[0].compute_s;
     r.stages[1].flops += r.stages[0].flops;
     r.stages[1].ops += r.stages[0].ops;
@@ -352,9 +360,12 @@ std::vector<std::string> assumptions(const SimConfig& c, const MeshShape& mesh, 
       "uneven all-to-alls priced at their busiest rank, every rank's splits shaped like rank 0's",
       "compute: the traced rank's matrix-product FLOPs at the profile's matmul rate for their dtype, plus its ATen "
       "operators at the profile's per-operator cost" +
-          std::string(c.activation_checkpointing ? "; checkpointing adds one forward to the backward" : ""),
+          std::string(!c.activation_checkpointing ? ""
+                      : runs_on_owner_runtime(c.placement)
+                          ? "; checkpointing: the traced backward recomputes each block on its revived buffer"
+                          : "; checkpointing: the replicas do not recompute here, one forward added to the backward"),
       "the traced rank: the one with the most optimizer work by the cost model",
-      std::string("activations: Korthikanti et al. 2022 (no dropout), ") +
+      std::string("activations: what this model's autograd graph keeps (docs/recompute.md, measured by bench_recompute), ") +
           (c.fused_attention ? "fused attention (no S² scores kept)" : "scores and softmax kept (the model's attention)"),
   };
   if (!sharing_note.empty()) a.push_back(sharing_note);
@@ -394,6 +405,10 @@ SimResult simulate(const SimConfig& c) {
   const Layout l = lay_out(c, model.spec());  // 1. the rank to trace
 
   TrainConfig traced_config = c.train;  // 2. its real step, traced
+  // Activation checkpointing: the owner runtime's placements trace their real recomputing step (the
+  // blocks' forwards run again inside backward, counted there); the replicas do not recompute here,
+  // so theirs is priced as one more forward of the blocks in the backward (price_compute).
+  traced_config.runtime.activation_checkpointing = c.activation_checkpointing && runs_on_owner_runtime(c.placement);
   apply_placement(c.placement, traced_config);
   const StepTrace trace = trace_step(traced_config, W, l.busiest);
   r.traced_rank = l.busiest;

@@ -80,7 +80,8 @@ SimResult simulate(const SimConfig& config);
 // weights every token multiplies with, plus attention 4·L·B·S²·(heads·head_dim). The traced
 // forward dispatches exactly these (a test checks it).
 double forward_flops(const TransformerConfig& model, int64_t batch, int64_t seq);
-// Activation bytes of one rank's micro-batch (Korthikanti et al. 2022, adapted to the MLP).
+// Activation bytes of one rank's micro-batch: what this model's autograd graph keeps (docs/recompute.md;
+// bench_recompute checks it against the allocator's count).
 int64_t activation_bytes(const TransformerConfig& model, int64_t batch, int64_t seq, c10::ScalarType dtype,
                          bool checkpointing, bool fused_attention);
 

@@ -76,7 +76,16 @@ double product_flops(const at::RecordFunction& fn, bool& half) {
   return 2.0 * batch * dim(*ab.first, o) * dim(*ab.first, o + 1) * dim(*ab.second, o + 1);
 }
 
+// Activation checkpointing's backward node (core/runtime/owner_runtime.cpp, Recompute) re-runs a
+// block's forward and evaluates that block's backward graph inside itself: it is a container, not
+// an operator, so what it runs counts as the step's own operators (the forward's aten calls and the
+// nested graph's node evaluations), as they count without recompute.
+bool is_container(const at::RecordFunction& fn) {
+  return std::string_view(fn.name()).find("::Recompute>") != std::string_view::npos;
+}
+
 std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
+  if (is_container(fn)) return nullptr;
   const int depth = t_depth++;
   if (ComputeCounter* c = g_counter.load()) {
     bool half = false;
@@ -86,7 +95,9 @@ std::unique_ptr<at::ObserverContext> on_enter(const at::RecordFunction& fn) {
   return nullptr;
 }
 
-void on_leave(const at::RecordFunction&, at::ObserverContext*) { --t_depth; }
+void on_leave(const at::RecordFunction& fn, at::ObserverContext*) {
+  if (!is_container(fn)) --t_depth;
+}
 
 }  // namespace
 

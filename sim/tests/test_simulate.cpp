@@ -113,6 +113,11 @@ INSTANTIATE_TEST_SUITE_P(
                                 }},
                       TraceCase{"owner_W3_shampoo", Placement::owner, 3,
                                 [](TrainConfig& c) { set_optimizer(c, OptimizerKind::shampoo); }},
+                      TraceCase{"owner_W3_recompute_prefetch", Placement::owner, 3,
+                                [](TrainConfig& c) {
+                                  c.runtime.activation_checkpointing = true;
+                                  c.runtime.prefetch = true;
+                                }},
                       // HSDP meshes: each rank's shard and replicate groups, group by group.
                       TraceCase{"hsdp_r2s3_owner_replicated", Placement::owner, 6, [](TrainConfig& c) { c.runtime.replicas = 2; }},
                       TraceCase{"hsdp_r3s2_owner_dedup", Placement::owner, 6,
@@ -247,6 +252,32 @@ TEST(Trace, CountsTheFlopsTheFormulasGive) {
       EXPECT_EQ(o.flops_bf16, ns) << "W=" << W << " rank " << r;  // Newton–Schulz runs in bf16
       EXPECT_EQ(o.flops_fp32, 0) << "W=" << W << " rank " << r;
     }
+  }
+}
+
+// Activation checkpointing traced from the real recomputing step: the backward's matrix products
+// are the storing step's plus each block's forward once more (the forward's without the head's),
+// its operators more by the blocks' forward operators, and the collectives are the same ones.
+TEST(Trace, TheRecomputingStepAddsTheBlocksForwardToTheBackwardOnly) {
+  TrainConfig c = small_config();
+  apply_placement(Placement::owner, c);
+  TrainConfig ck = c;
+  ck.runtime.activation_checkpointing = true;
+  const StepTrace plain = trace_step(c, 3, 1), recomputing = trace_step(ck, 3, 1);
+  const double fwd = forward_flops(c.model, c.batch, c.seq);
+  const double head = 2.0 * static_cast<double>(c.model.vocab * c.model.hidden * c.batch * c.seq);
+  auto flops = [](const StepTrace& t, Stage s) { return t.compute[static_cast<int>(s)].flops_fp32 + t.compute[static_cast<int>(s)].flops_bf16; };
+  EXPECT_EQ(flops(recomputing, Stage::forward), fwd);
+  EXPECT_EQ(flops(recomputing, Stage::backward), 2 * fwd + (fwd - head));
+  EXPECT_EQ(flops(recomputing, Stage::optimizer), flops(plain, Stage::optimizer));
+  EXPECT_EQ(recomputing.compute[static_cast<int>(Stage::forward)].ops, plain.compute[static_cast<int>(Stage::forward)].ops);
+  EXPECT_GT(recomputing.compute[static_cast<int>(Stage::backward)].ops,
+            plain.compute[static_cast<int>(Stage::backward)].ops + plain.compute[static_cast<int>(Stage::forward)].ops / 2);
+  ASSERT_EQ(recomputing.collectives.size(), plain.collectives.size());
+  for (size_t k = 0; k < plain.collectives.size(); ++k) {
+    EXPECT_EQ(recomputing.collectives[k].kind, plain.collectives[k].kind) << k;
+    EXPECT_EQ(recomputing.collectives[k].bytes, plain.collectives[k].bytes) << k;
+    EXPECT_EQ(recomputing.collectives[k].stage, plain.collectives[k].stage) << k;
   }
 }
 
