@@ -42,6 +42,10 @@ schedule of torch_ground_truth_dump's table over 300 steps: the learning rates L
 those mfsdp steps with, bit for bit; torch's recursive LinearLR / CosineAnnealingLR (in a
 SequentialLR after the warm-up) are only measured against them, within SCHEDULE_RECURSIVE_ULP.
 
+The same again with activation checkpointing (`mfsdp train --activation-checkpointing`, fp32 at W = 3
+and bf16 at W = 2): mfsdp recomputes each block in backward and PyTorch stores its activations;
+losses, parameters and state bit for bit (recompute changes no value).
+
 The same again with a mixture of experts (`mfsdp train --experts 4 --top-k 2`, fp32 at W = 3,
 bf16 at W = 2): every block's MLP a float32 router softmax, a stable top-2, tokens dispatched by a
 stable sort and gathers, and 3-D expert tensors [4, out, in]; torch.optim.Muon steps each expert's
@@ -577,8 +581,10 @@ def run(cmd):
     return r.stdout
 
 
-def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False, accum=None, clip=None, schedule=None):
-    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size, None, schedule))
+def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False, accum=None, clip=None, schedule=None,
+                recompute=False):
+    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size, None, schedule) +
+                     ("_recompute" if recompute else ""))
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
     K = accum[0] if accum else 1
@@ -587,7 +593,8 @@ def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False
          "--checkpoint-every", str(STEPS), "--param-dtype", precision] + (["--tie-embeddings"] if tied else []) +
         (["--experts", str(EXPERTS), "--top-k", str(TOP_K)] if moe else []) +
         (["--grad-accum", str(K), "--grad-reduce", accum[1]] if accum else []) +
-        (["--max-norm", repr(clip)] if clip else []) + (schedule_flags(schedule) if schedule else []))
+        (["--max-norm", repr(clip)] if clip else []) + (schedule_flags(schedule) if schedule else []) +
+        (["--activation-checkpointing"] if recompute else []))
     run([mfsdp, "export", ck, "--out", model])
     rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
     losses = [r["loss"] for r in rows]
@@ -690,6 +697,8 @@ def main():
     ap.add_argument("--clip", default="fp32:3:0.5,fp32:2:0.5:4:per-microbatch,bf16:3:0.5:2:deferred,fp32:3:0.5:moe",
                     help="clipping runs as precision:W:MAX_NORM[:K:order | :moe] (torch.nn.utils.get_total_norm and "
                          "clip_grads_with_norm_ on the mean gradients, after accumulation)")
+    ap.add_argument("--recompute", default="fp32:3,bf16:2",
+                    help="activation-checkpointing runs as precision:W (mfsdp recomputes, PyTorch stores: the same values)")
     ap.add_argument("--schedule", default="fp32:3:warmup-cosine:1:0:2:0.1,fp32:2:wsd:1:1:1:0.1",
                     help="learning-rate schedule runs as precision:W:KIND:WARMUP:STABLE:DECAY:MIN_RATIO (LambdaLR)")
     args = ap.parse_args()
@@ -785,6 +794,20 @@ def main():
                   "mean:\n    " + "\n    ".join(rows) +
                   f"\n    after {STEPS} steps: parameters max |diff| {pdiff:.3g}; losses " +
                   " ".join(f"{a - b:+.3g}" for a, b in zip(ddp["losses"], theirs["losses"])))
+    for t in filter(None, args.recompute.split(",")):
+        precision, W = t.split(":")[0], int(t.split(":")[1])
+        theirs = trained.get(Job(W, "rank_order", precision).tag())
+        if theirs is None:
+            sys.exit(f"ground_truth: --recompute {t} needs the plain {precision} run at W = {W}")
+        print(f"W = {W}, {precision}: the same PyTorch training vs mfsdp train --param-dtype {precision} "
+              "--activation-checkpointing (each block recomputed in backward):")
+        got = train_mfsdp(args.mfsdp, W, args.work, precision, recompute=True)
+        same_losses = len(got["losses"]) == STEPS and all(
+            a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
+        tally.check(same_losses, f"losses of {STEPS} steps")
+        compare_dicts(tally, "final parameters (mfsdp export)", got["params"], theirs["params"])
+        tensors = {k: v for k, v in theirs["state"].items() if not k.endswith("|step")}
+        compare_dicts(tally, "final optimizer state (momentum_buffer, exp_avg, exp_avg_sq)", got["state"], tensors)
     print(f"{tally.passed} passed, {tally.failed} failed")
     sys.exit(1 if tally.failed else 0)
 
