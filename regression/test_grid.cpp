@@ -28,7 +28,7 @@ constexpr int kSteps = 12;  // Shampoo and SOAP refresh every 5 steps: 3 refresh
 struct Row {
   int id = 0, W = 1;
   std::string mesh, step_mode, optimizer, precision, reduce, placement, planner, tail, prefetch, mlp, tied, experts,
-      batched_ns, grad_reduce, clip;
+      batched_ns, grad_reduce, clip, recompute, schedule, resume;
   int expert_ranges = 0, grad_accum = 1;
 };
 
@@ -48,6 +48,7 @@ std::vector<Row> load_rows() {
     r.expert_ranges = j.at("expert_ranges");
     r.grad_accum = j.at("grad_accum"), r.grad_reduce = j.at("grad_reduce");
     r.clip = j.at("clip");
+    r.recompute = j.at("recompute"), r.schedule = j.at("schedule"), r.resume = j.at("resume");
     rows.push_back(r);
   }
   return rows;
@@ -101,6 +102,16 @@ TrainConfig config_for(const Row& r) {
   // Clipping at 0.5: below the tiny model's gradient norms at the test rates (about 1 to 2), so
   // every step scales.
   if (r.clip == "on") c.runtime.max_norm = 0.5;
+  c.runtime.activation_checkpointing = r.recompute == "on";
+  // Schedules with explicit lengths (so a run cut at the middle step has the same schedule): the
+  // warm-up, the decay and the floor all inside the shortest rows' 6 steps.
+  if (r.schedule == "warmup_cosine") {
+    c.lr_schedule.kind = LrScheduleKind::warmup_cosine;
+    c.lr_schedule.warmup_steps = 1, c.lr_schedule.decay_steps = 3, c.lr_schedule.min_lr_ratio = 0.1;
+  } else if (r.schedule == "wsd") {
+    c.lr_schedule.kind = LrScheduleKind::wsd;
+    c.lr_schedule.warmup_steps = 1, c.lr_schedule.stable_steps = 1, c.lr_schedule.decay_steps = 2;
+  }
   return c;
 }
 
@@ -113,6 +124,9 @@ std::string row_name(const ::testing::TestParamInfo<Row>& info) {
   if (r.tied == "yes") n += "_tied";
   if (r.grad_accum > 1) n += "_K" + std::to_string(r.grad_accum) + (r.grad_reduce == "deferred" ? "_deferred" : "_per_microbatch");
   if (r.clip == "on") n += "_clip";
+  if (r.recompute == "on") n += "_recompute";
+  if (r.schedule != "constant") n += "_" + r.schedule;
+  if (r.resume == "mid") n += "_resumed";
   return n;
 }
 
@@ -142,11 +156,29 @@ TEST_P(GridRow, BitMatchesTheOracle) {
   // Every rank records every parameter in full after every step, so on each side the ranks must
   // agree among themselves too; which side's ranks disagree tells where a difference came from.
   std::vector<Trajectory> oracles(r.W), runtimes(r.W);
+  TempDir scratch("grid_row" + std::to_string(r.id));  // resume rows: the checkpoint of the first half
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     Trajectory& oracle = oracles[ctx.rank];
     Trajectory& runtime = runtimes[ctx.rank];
     oracle = run_oracle(ctx, config);
-    runtime = run_recorded(ctx, config);
+    if (r.resume == "mid") {
+      // Checkpointed after the middle step and resumed from there: the two halves, end to end.
+      const int mid = config.steps / 2;
+      TrainConfig first = config;
+      first.steps = mid;
+      first.checkpoint_dir = scratch.path();
+      first.checkpoint_every = mid;
+      runtime = run_recorded(ctx, first);
+      TrainConfig rest = config;
+      rest.resume_from = scratch.path();
+      const Trajectory tail = run_recorded(ctx, rest);
+      runtime.local_losses.insert(runtime.local_losses.end(), tail.local_losses.begin(), tail.local_losses.end());
+      runtime.grad_norms.insert(runtime.grad_norms.end(), tail.grad_norms.begin(), tail.grad_norms.end());
+      runtime.params.insert(runtime.params.end(), tail.params.begin(), tail.params.end());
+      runtime.last_step_bytes = tail.last_step_bytes;
+    } else {
+      runtime = run_recorded(ctx, config);
+    }
     const Comparison cmp = compare(oracle, runtime);
     if (!cmp.bitwise_equal) {
       std::lock_guard<std::mutex> lock(mutex);
@@ -163,10 +195,12 @@ TEST_P(GridRow, BitMatchesTheOracle) {
   for (const auto& f : failures) ADD_FAILURE() << "row " << r.id << ": " << f;
   if (failures.empty())
     std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, mlp %s, tied %s, experts %s "
-                "ranges %d, batched NS %s, %d micro-batch(es) %s, clip %s): %d steps bit-identical to the oracle\n",
+                "ranges %d, batched NS %s, %d micro-batch(es) %s, clip %s, recompute %s, schedule %s, resume %s): %d steps "
+                "bit-identical to the oracle\n",
                 r.id, r.W, r.placement.c_str(), r.optimizer.c_str(), r.mesh.c_str(), r.step_mode.c_str(), r.precision.c_str(),
                 r.reduce.c_str(), r.planner.c_str(), r.tail.c_str(), r.prefetch.c_str(), r.mlp.c_str(), r.tied.c_str(),
-                r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), r.grad_accum, r.grad_reduce.c_str(), r.clip.c_str(), config.steps);
+                r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), r.grad_accum, r.grad_reduce.c_str(), r.clip.c_str(),
+                r.recompute.c_str(), r.schedule.c_str(), r.resume.c_str(), config.steps);
 }
 
 INSTANTIATE_TEST_SUITE_P(Array, GridRow, ::testing::ValuesIn(load_rows()), row_name);

@@ -52,6 +52,9 @@ FACTORS_DIFFERENTIAL = OrderedDict([
     ("grad_accum", [1, 2, 3]),                      # micro-batches per step (docs/accumulation.md)
     ("grad_reduce", ["per_microbatch", "deferred"]),  # the order micro-batches' gradients are added in
     ("clip", ["off", "on"]),                        # global gradient-norm clipping (max norm 0.5)
+    ("recompute", ["off", "on"]),                   # activation checkpointing per block (docs/recompute.md)
+    ("schedule", ["constant", "warmup_cosine", "wsd"]),  # learning-rate schedule (docs/schedules.md)
+    ("resume", ["no", "mid"]),                      # checkpointed after the middle step and resumed
 ])
 
 # Triples that must all appear (mixed strength 3 on these factors).
@@ -63,6 +66,8 @@ SUB_MODELS_DIFFERENTIAL = [
     ("grad_accum", "grad_reduce", "W"),
     ("clip", "mesh", "tail"),                       # the norm's owners: replicas, tail owners, even shards
     ("clip", "placement", "experts"),               # gathered split parameters: even baselines, expert ranges
+    ("recompute", "placement", "precision"),        # the revived buffer under every layout and dtype
+    ("schedule", "resume", "W"),                    # the schedule's t and decay across a checkpoint
 ]
 
 
@@ -105,6 +110,10 @@ def feasible_differential(row):
         return False
     if has("grad_accum", "grad_reduce") and g("grad_accum") == 1 and g("grad_reduce") != "per_microbatch":
         return False                                # one micro-batch: the two orders are one
+    if has("placement", "recompute") and g("placement") in ("zero1", "ddp") and g("recompute") == "on":
+        return False                                # the replicas never recompute
+    if has("placement", "resume") and g("placement") in ("zero1", "ddp") and g("resume") == "mid":
+        return False                                # checkpoints are the owner runtime's
     return True
 
 
