@@ -98,6 +98,20 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
     config.runtime.grad_reduce = *rc::gen::element(GradReduce::per_microbatch, GradReduce::deferred);
   }
   if (*rc::gen::inRange(0, 3) == 0) config.runtime.max_norm = *rc::gen::element(1e-3, 0.1, 1.0, 1e3);
+  // Sometimes activation checkpointing (the owner runtime's placements), and sometimes a schedule
+  // whose warm-up, stable phase, decay and floor fall anywhere in the run.
+  if (runs_on_owner_runtime(placement) && *rc::gen::inRange(0, 3) == 0) config.runtime.activation_checkpointing = true;
+  if (*rc::gen::inRange(0, 3) == 0) {
+    LrSchedule& s = config.lr_schedule;
+    s.kind = *rc::gen::element(LrScheduleKind::constant, LrScheduleKind::warmup_cosine, LrScheduleKind::warmup_linear,
+                               LrScheduleKind::wsd);
+    s.warmup_steps = *rc::gen::inRange<int64_t>(0, 3);
+    if (s.kind == LrScheduleKind::wsd) s.stable_steps = *rc::gen::inRange<int64_t>(0, 3);
+    if (s.decays()) {
+      if (*rc::gen::arbitrary<bool>()) s.decay_steps = *rc::gen::inRange<int64_t>(1, 4);  // else the run's default
+      s.min_lr_ratio = *rc::gen::element(0.0, 0.1, 0.5);
+    }
+  }
   // The drawn case in words (RapidCheck prints these with a failure; <???> alone says nothing).
   RC_LOG() << "W " << W << " = " << R << " x " << S << " " << to_string(config.runtime.step_mode) << ", "
            << to_string(config.placement) << ", " << to_string(config.runtime.optimizer) << ", tail "
@@ -105,7 +119,8 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
            << (all_on_one ? ", every item on rank " + std::to_string(one) : std::string(", owners drawn"))
            << ", prefetch " << config.runtime.prefetch << ", precision " << to_string(config.runtime.precision)
            << ", seq " << config.seq << ", seed " << config.seed << ", K " << config.grad_accum << " "
-           << to_string(config.runtime.grad_reduce) << ", max norm " << config.runtime.max_norm << "; model: layers " << config.model.layers << ", heads "
+           << to_string(config.runtime.grad_reduce) << ", max norm " << config.runtime.max_norm << ", recompute "
+           << config.runtime.activation_checkpointing << ", schedule " << describe(config.lr_schedule) << "; model: layers " << config.model.layers << ", heads "
            << config.model.heads << "/" << config.model.kv_heads << ", hidden " << config.model.hidden << ", intermediate "
            << config.model.intermediate << ", qkv_bias " << config.model.qkv_bias << ", tied " << config.model.tie_embeddings
            << ", experts " << config.model.experts << " top " << config.model.top_k << " width " << config.model.moe_intermediate
@@ -116,6 +131,8 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   if (config.model.tie_embeddings) RC_TAG("tied embeddings");
   if (config.grad_accum > 1) RC_TAG(std::string("accumulation ") + to_string(config.runtime.grad_reduce));
   if (config.runtime.max_norm > 0) RC_TAG("clipping");
+  if (config.runtime.activation_checkpointing) RC_TAG("recompute");
+  if (scheduled(config.lr_schedule)) RC_TAG(std::string("schedule ") + to_string(config.lr_schedule.kind));
   if (config.model.experts > 0 && config.model.first_dense < config.model.layers) RC_TAG("experts");
 
   std::mutex m;
