@@ -145,7 +145,8 @@ std::pair<std::string, nlohmann::ordered_json> digest(const ParamMap& params) {
 }
 
 // tiny_w<W>_<optimizer>[_bf16].json; HSDP: tiny_r<R>s<S>_<optimizer>[_bf16].json (both step modes);
-// tied embeddings: tiny_tied_w<W>_...; accumulation and clipping: tiny_accum<K>_<order>_clip_w<W>_...
+// tied embeddings: tiny_tied_w<W>_...; accumulation and clipping: tiny_accum<K>_<order>_clip_w<W>_...;
+// a schedule and recompute: tiny_<schedule>_recompute_w<W>_...
 std::string golden_file(const TrainConfig& c, int W) {
   const int replicas = c.runtime.replicas;
   const std::string mesh = replicas == 1 ? "w" + std::to_string(W)
@@ -154,6 +155,12 @@ std::string golden_file(const TrainConfig& c, int W) {
   if (c.grad_accum > 1)
     step += "accum" + std::to_string(c.grad_accum) + (c.runtime.grad_reduce == GradReduce::deferred ? "_deferred_" : "_per_microbatch_");
   if (c.runtime.max_norm > 0) step += "clip_";
+  if (scheduled(c.lr_schedule)) {
+    std::string kind = to_string(c.lr_schedule.kind);
+    std::replace(kind.begin(), kind.end(), '-', '_');
+    step += kind + "_";
+  }
+  if (c.runtime.activation_checkpointing) step += "recompute_";
   return std::string("tiny_") + (c.model.tie_embeddings ? "tied_" : "") + (c.model.experts > 0 ? "moe_" : "") + step + mesh + "_" +
          to_string(c.runtime.optimizer) + (c.runtime.precision.param_dtype == c10::kBFloat16 ? "_bf16" : "") + ".json";
 }
@@ -257,6 +264,11 @@ void check_golden(int W, const TrainConfig& config) {
       for (const StepMetrics& m : result.steps) norms.push_back(m.grad_norm.value_or(0));
       j["grad_norm"] = norms;
     }
+    if (scheduled(config.lr_schedule)) {
+      j["lr_schedule"] = lr_schedule_to_json(resolve_decay_steps(config.lr_schedule, kSteps), 0);
+      j["lr_schedule"].erase("steps_taken");
+    }
+    if (config.runtime.activation_checkpointing) j["activation_checkpointing"] = true;
     const std::string dir = path.substr(0, path.rfind('/'));
     ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0755);
     ::mkdir(dir.c_str(), 0755);
@@ -270,7 +282,8 @@ void check_golden(int W, const TrainConfig& config) {
   const std::string read_path = own ? path : other_platform_golden(file);
   // A family made on some platforms only (accumulation and clipping: the AVX2 set so far) has
   // nothing to compare with elsewhere: said, not failed.
-  if (!path_exists(read_path) && (config.grad_accum > 1 || config.runtime.max_norm > 0))
+  if (!path_exists(read_path) && (config.grad_accum > 1 || config.runtime.max_norm > 0 || scheduled(config.lr_schedule) ||
+                                  config.runtime.activation_checkpointing))
     GTEST_SKIP() << file << " has not been made on any platform like this one (" << fingerprint().dump()
                  << "); make it here with: " << kRegenerate;
   ASSERT_TRUE(path_exists(read_path)) << "no golden file " << path << "; generate it with: " << kRegenerate;
@@ -280,6 +293,14 @@ void check_golden(int W, const TrainConfig& config) {
   ASSERT_EQ(g.value("grad_reduce", std::string("per-microbatch")), to_string(config.runtime.grad_reduce)) << read_path;
   ASSERT_EQ(g.value("max_norm", 0.0), config.runtime.max_norm) << read_path;
   ASSERT_EQ(g.value("replicas", 1), replicas) << read_path;  // either step mode: the same trajectory
+  if (scheduled(config.lr_schedule)) {
+    nlohmann::json want = lr_schedule_to_json(resolve_decay_steps(config.lr_schedule, kSteps), 0);
+    want.erase("steps_taken");
+    ASSERT_EQ(g.value("lr_schedule", nlohmann::json()), want) << read_path;
+  } else {
+    ASSERT_FALSE(g.contains("lr_schedule")) << read_path;
+  }
+  ASSERT_EQ(g.value("activation_checkpointing", false), config.runtime.activation_checkpointing) << read_path;
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);
   // Made before the precision record: float32 throughout.
   ASSERT_EQ(g.contains("precision") ? nlohmann::json(g.at("precision")) : precision_to_json(PrecisionPolicy{}),
@@ -414,6 +435,33 @@ INSTANTIATE_TEST_SUITE_P(Tiny, AccumClipGolden,
                            return std::string("W3_K4_") +
                                   (std::get<0>(info.param) == GradReduce::deferred ? "deferred_" : "per_microbatch_") +
                                   to_string(std::get<1>(info.param)) + "_clip";
+                         });
+
+// A learning-rate schedule with activation checkpointing at W = 5: warm-up, decay to a floor
+// (cosine) and warm-up, stable, decay (wsd) within the golden's steps, every block recomputed.
+using ScheduleGoldenParam = std::tuple<LrScheduleKind, OptimizerKind>;
+
+class ScheduleRecomputeGolden : public ::testing::TestWithParam<ScheduleGoldenParam> {};
+
+TEST_P(ScheduleRecomputeGolden, TrajectoryMatchesTheStoredOne) {
+  const auto [kind, optimizer] = GetParam();
+  TrainConfig c = golden_config(5, optimizer, c10::kFloat);
+  c.lr_schedule.kind = kind;
+  c.lr_schedule.warmup_steps = 3;
+  if (kind == LrScheduleKind::wsd) c.lr_schedule.stable_steps = 10, c.lr_schedule.decay_steps = 10;
+  else c.lr_schedule.decay_steps = 20, c.lr_schedule.min_lr_ratio = 0.1;
+  c.runtime.activation_checkpointing = true;
+  check_golden(5, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ScheduleRecomputeGolden,
+                         ::testing::Combine(::testing::Values(LrScheduleKind::warmup_cosine, LrScheduleKind::wsd),
+                                            ::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,
+                                                              OptimizerKind::shampoo, OptimizerKind::soap)),
+                         [](const ::testing::TestParamInfo<ScheduleGoldenParam>& info) {
+                           std::string kind = to_string(std::get<0>(info.param));
+                           std::replace(kind.begin(), kind.end(), '-', '_');
+                           return "W5_" + kind + "_recompute_" + to_string(std::get<1>(info.param));
                          });
 
 INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,
