@@ -16,6 +16,7 @@
 //                                   # medians over all rounds' steps, and each round's medians in the JSON
 //   build/bench/bench_step --batch 1 --grad-accum 4 --grad-reduce deferred --max-norm 1.0   # the step's
 //                                   # settings, as mfsdp train's (bench/accumulation_sweep.sh sweeps K)
+//   build/bench/bench_step --activation-checkpointing   # the owner runtime's placements recompute each block
 #include "core/util/files.h"
 #include "core/dist/determinism.h"
 #include "core/plan/memory_model.h"
@@ -55,6 +56,9 @@ int64_t g_batch = 0;
 int g_grad_accum = 1;
 GradReduce g_grad_reduce = GradReduce::per_microbatch;
 double g_max_norm = 0;
+// --activation-checkpointing: the owner runtime's placements recompute each block (the replicas,
+// zero1 and ddp, never do: their cases run as without the flag, said in the JSON's step settings).
+bool g_recompute = false;
 
 const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
 // HSDP with 2 replica groups (docs/hsdp.md), at every even W >= 4: the owner runtime in both step
@@ -131,6 +135,7 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
   config.grad_accum = g_grad_accum;
   config.runtime.grad_reduce = g_grad_reduce;
   config.runtime.max_norm = g_max_norm;
+  config.runtime.activation_checkpointing = g_recompute && runs_on_owner_runtime(config.placement);
   std::vector<std::vector<StepMetrics>> per_rank(W);
   RanksOptions ranks;
   ranks.world_size = W;
@@ -373,6 +378,7 @@ int main(int argc, char** argv) {
       }
       g_grad_reduce = *mode;
     } else if (a == "--max-norm") g_max_norm = std::stod(value("--max-norm"));
+    else if (a == "--activation-checkpointing") g_recompute = true;
     else rest.push_back(argv[i]);
   }
   if (g_device == "cuda" && !at::globalContext().hasCUDA()) {
@@ -418,7 +424,8 @@ int main(int argc, char** argv) {
 
   nlohmann::ordered_json result{{"format", "mfsdp-bench"}, {"version", 1}, {"environment", environment()},
                                 {"step", {{"batch", g_batch}, {"grad_accum", g_grad_accum},
-                                          {"grad_reduce", to_string(g_grad_reduce)}, {"max_norm", g_max_norm}}},
+                                          {"grad_reduce", to_string(g_grad_reduce)}, {"max_norm", g_max_norm},
+                                          {"activation_checkpointing", g_recompute ? "owner, reconstruct, alltoall" : "none"}}},
                                 {"cases", nlohmann::ordered_json::array()}, {"ratios", ratios(models, world_sizes)},
                                 {"planner", planner_imbalance(models, world_sizes)}};
   for (const CaseResult& r : g_results) {
