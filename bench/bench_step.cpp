@@ -17,6 +17,8 @@
 //   build/bench/bench_step --batch 1 --grad-accum 4 --grad-reduce deferred --max-norm 1.0   # the step's
 //                                   # settings, as mfsdp train's (bench/accumulation_sweep.sh sweeps K)
 //   build/bench/bench_step --activation-checkpointing   # the owner runtime's placements recompute each block
+//   build/bench/bench_step --lr-schedule warmup-cosine --warmup-steps 2   # every case under a schedule
+#include "core/util/errors.h"
 #include "core/util/files.h"
 #include "core/dist/determinism.h"
 #include "core/plan/memory_model.h"
@@ -59,6 +61,9 @@ double g_max_norm = 0;
 // --activation-checkpointing: the owner runtime's placements recompute each block (the replicas,
 // zero1 and ddp, never do: their cases run as without the flag, said in the JSON's step settings).
 bool g_recompute = false;
+// --lr-schedule and its settings (docs/schedules.md): applied to every case (and its oracle check);
+// a schedule changes no collective and no kernel.
+LrSchedule g_schedule;
 
 const std::vector<std::string> kPlacements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
 // HSDP with 2 replica groups (docs/hsdp.md), at every even W >= 4: the owner runtime in both step
@@ -136,6 +141,7 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
   config.runtime.grad_reduce = g_grad_reduce;
   config.runtime.max_norm = g_max_norm;
   config.runtime.activation_checkpointing = g_recompute && runs_on_owner_runtime(config.placement);
+  config.lr_schedule = g_schedule;
   std::vector<std::vector<StepMetrics>> per_rank(W);
   RanksOptions ranks;
   ranks.world_size = W;
@@ -379,6 +385,18 @@ int main(int argc, char** argv) {
       g_grad_reduce = *mode;
     } else if (a == "--max-norm") g_max_norm = std::stod(value("--max-norm"));
     else if (a == "--activation-checkpointing") g_recompute = true;
+    else if (a == "--lr-schedule") {
+      const std::string v = value("--lr-schedule");
+      const auto kind = value_in(kLrScheduleNames, v);
+      if (!kind) {
+        std::fprintf(stderr, "bench_step: --lr-schedule %s: not one of %s\n", v.c_str(), names_or(kLrScheduleNames).c_str());
+        return 2;
+      }
+      g_schedule.kind = *kind;
+    } else if (a == "--warmup-steps") g_schedule.warmup_steps = std::stoll(value("--warmup-steps"));
+    else if (a == "--decay-steps") g_schedule.decay_steps = std::stoll(value("--decay-steps"));
+    else if (a == "--stable-steps") g_schedule.stable_steps = std::stoll(value("--stable-steps"));
+    else if (a == "--min-lr-ratio") g_schedule.min_lr_ratio = std::stod(value("--min-lr-ratio"));
     else rest.push_back(argv[i]);
   }
   if (g_device == "cuda" && !at::globalContext().hasCUDA()) {
@@ -396,6 +414,11 @@ int main(int argc, char** argv) {
   if (g_batch < 0 || g_grad_accum < 1 || g_grad_accum > kMaxGradAccum || !(g_max_norm >= 0) || std::isinf(g_max_norm)) {
     std::fprintf(stderr, "bench_step: --batch >= 1, --grad-accum 1..%d and a finite --max-norm > 0 (got %lld, %d, %g)\n",
                  kMaxGradAccum, static_cast<long long>(g_batch), g_grad_accum, g_max_norm);
+    return 2;
+  }
+  const std::string schedule_error = error_of([] { validate(g_schedule); });
+  if (!schedule_error.empty()) {
+    std::fprintf(stderr, "bench_step: %s\n", schedule_error.c_str());
     return 2;
   }
   if (g_measured < 1 || g_rounds < 1) {
@@ -425,7 +448,8 @@ int main(int argc, char** argv) {
   nlohmann::ordered_json result{{"format", "mfsdp-bench"}, {"version", 1}, {"environment", environment()},
                                 {"step", {{"batch", g_batch}, {"grad_accum", g_grad_accum},
                                           {"grad_reduce", to_string(g_grad_reduce)}, {"max_norm", g_max_norm},
-                                          {"activation_checkpointing", g_recompute ? "owner, reconstruct, alltoall" : "none"}}},
+                                          {"activation_checkpointing", g_recompute ? "owner, reconstruct, alltoall" : "none"},
+                                          {"lr_schedule", describe(resolve_decay_steps(g_schedule, kWarmup + g_measured))}}},
                                 {"cases", nlohmann::ordered_json::array()}, {"ratios", ratios(models, world_sizes)},
                                 {"planner", planner_imbalance(models, world_sizes)}};
   for (const CaseResult& r : g_results) {

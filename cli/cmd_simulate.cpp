@@ -31,6 +31,7 @@ struct SimulateArgs {
   int grad_accum = 1;
   GradReduce grad_reduce = GradReduce::per_microbatch;
   double max_norm = 0;
+  ScheduleArgs schedule;  // checked and recorded; a schedule changes no collective and no kernel
   bool checkpointing = false;
   bool fused_attention = false;
   std::string baseline_ns = "redundant";
@@ -54,6 +55,7 @@ SimConfig make_sim_config(const SimulateArgs& a, Placement placement, int W, con
   c.grad_accum = a.grad_accum;
   c.runtime.grad_reduce = a.grad_reduce;
   c.runtime.max_norm = a.max_norm;
+  c.lr_schedule = lr_schedule_of(a.schedule);
   s.placement = placement;
   s.world_size = W;
   s.profile = profile;
@@ -80,6 +82,7 @@ int run_simulate(const SimulateArgs& a) {
                        "bf16 compute copies)");
     for (const std::string& p : a.placements) placement_from_string(p);
     for (int W : a.world_sizes) mesh_shape(W, a.run.replicas);
+    lr_schedule_of(a.schedule);
   } catch (const c10::Error& e) {
     throw UsageError(std::string("simulate: ") + e.what_without_backtrace());
   }
@@ -175,7 +178,10 @@ void add_simulate_command(CLI::App& app, Action& run) {
                   "With --grad-accum: reduce every micro-batch, or once after the last (more memory)");
   cmd->add_option("--max-norm", a->max_norm, "Global gradient-norm clipping: prices its gathers and all-reduce")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--activation-checkpointing", a->checkpointing, "Recompute each block in backward (activations: block inputs only)");
+  add_schedule_options(cmd, a->schedule);
+  cmd->add_flag("--activation-checkpointing", a->checkpointing,
+                "Recompute each block in backward (activations: block inputs only; owner, reconstruct and alltoall trace "
+                "their real recomputing step)");
   cmd->add_flag("--fused-attention", a->fused_attention, "Activations without the S x S attention scores (flash attention)");
   cmd->add_option("--baseline-ns", a->baseline_ns,
                   "reconstruct's Newton–Schulz: redundant (all-gather, NS on every rank; traced) | sharded (NS on row shards with "

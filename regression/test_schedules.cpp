@@ -5,6 +5,7 @@
 // schedule exactly, on the same and on another world size, with --steps extended.
 #include "core/dist/ranks.h"
 #include "core/optim/lr_schedule.h"
+#include "core/optim/optimizer_routing.h"
 #include "core/util/errors.h"
 #include "harness/placements.h"
 #include "harness/trajectory.h"
@@ -101,6 +102,7 @@ struct Case {
   bool bf16 = false, experts = false;
   int replicas = 1;
   StepMode step_mode = StepMode::replicated;
+  std::string group;  // a parameter group PATTERN:lr=X (its own base rate, scheduled alike)
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -114,6 +116,7 @@ TrainConfig config_for(const Case& c) {
   if (c.experts) t.model.experts = 4, t.model.top_k = 2, t.model.moe_intermediate = 32;
   t.runtime.replicas = c.replicas;
   t.runtime.step_mode = c.step_mode;
+  if (!c.group.empty()) t.runtime.groups.push_back(param_group_from_string(c.group));
   apply_placement(c.placement, t);
   return t;
 }
@@ -169,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{.name = "W5_owner_muon_cosine_bf16", .schedule = kCos, .bf16 = true},
                       Case{.name = "W3_owner_muon_cosine_experts", .W = 3, .schedule = kCos, .experts = true},
                       Case{.name = "W6_owner_muon_wsd_R2_dedup", .W = 6, .schedule = kWsd, .replicas = 2,
-                           .step_mode = StepMode::dedup}),
+                           .step_mode = StepMode::dedup},
+                      Case{.name = "W5_owner_muon_cosine_mlp_group", .schedule = kCos, .group = "layers.*.mlp.*:lr=0.05:wd=0.01"}),
     [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // A schedule is applied at all: the same run without it ends elsewhere (so the bitwise cases above

@@ -369,6 +369,9 @@ std::vector<std::string> assumptions(const SimConfig& c, const MeshShape& mesh, 
           (c.fused_attention ? "fused attention (no S² scores kept)" : "scores and softmax kept (the model's attention)"),
   };
   if (!sharing_note.empty()) a.push_back(sharing_note);
+  if (scheduled(c.train.lr_schedule))
+    a.push_back("learning-rate schedule " + describe(c.train.lr_schedule) +
+                ": it changes no collective and no kernel, so it is not priced");
   if (mesh.replicas > 1 && c.placement == Placement::ddp)
     a.push_back("ddp on a mesh: the oracle's world all-gathers, summed in the mesh's order");
   else if (mesh.replicas > 1)
