@@ -78,7 +78,7 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
     || die "pip could not install ${need_pkgs[*]}; run: $venv/bin/pip install ${need_pkgs[*]}"
 fi
 
-# The external optimizer library the Shampoo/SOAP conformance test compares with, pinned (the
+# The external optimizer library the Shampoo/SOAP parity test compares with, pinned (the
 # test cites its source by line); --no-deps: it needs only torch and numpy, installed above.
 ext_opt="pytorch-optimizer==4.1.0"
 "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('pytorch-optimizer') == '${ext_opt#*==}'" 2>/dev/null || {

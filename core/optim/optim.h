@@ -1,6 +1,6 @@
 // Optimizers acting on one whole local tensor with their own state; they never communicate.
 // Muon and AdamW follow torch.optim.Muon and torch.optim.AdamW (single-tensor path) of the pinned
-// torch version op for op; bitwise conformance tests (regression/conformance/) run them against the real ones.
+// torch version op for op; bitwise parity tests (regression/optim_parity/) run them against the real ones.
 #pragma once
 
 #include "core/plan/optimizer_config.h"

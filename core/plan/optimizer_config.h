@@ -1,6 +1,6 @@
 // What each optimizer is configured with: pure data, read by the optimizers (core/optim), by the
 // cost and memory models (core/plan) and recorded in checkpoints. The struct defaults of Muon and
-// AdamW are torch.optim's own (the conformance tests construct them bare); training_defaults()
+// AdamW are torch.optim's own (the parity tests construct them bare); training_defaults()
 // is the one set of training hyperparameters that train, verify, bench and the cost model share.
 #pragma once
 

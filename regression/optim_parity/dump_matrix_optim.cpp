@@ -3,10 +3,10 @@
 // (pytorch-optimizer's Shampoo, ScalableShampoo and SOAP) on the same tensors and compare. Each
 // case's hyperparameters are the ones under which the external optimizer computes what ours does
 // (check_matrix_optim.py's docstring names every remaining difference and how it is handled).
-// Usage: matrix_optim_conformance_dump OUTDIR
+// Usage: matrix_optim_parity_dump OUTDIR
 #include "core/dist/determinism.h"
 #include "core/optim/optim.h"
-#include "regression/conformance/write_raw.h"
+#include "regression/optim_parity/write_raw.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
@@ -19,7 +19,7 @@ using namespace mfsdp;
 
 namespace {
 
-using conformance::write_raw;
+using optim_parity::write_raw;
 
 struct Case {
   std::string name;

@@ -1,5 +1,5 @@
 """Runs the real torch.optim.Muon / torch.optim.AdamW (single-tensor path), with the
-hyperparameters of each case (defaults and non-defaults), on the tensors optim_conformance_dump wrote and compares the final parameters and optimizer state with the C++
+hyperparameters of each case (defaults and non-defaults), on the tensors optim_parity_dump wrote and compares the final parameters and optimizer state with the C++
 ones bit for bit.
 Usage: python check_optim.py DIR   (exit 1 on any difference)"""
 import json

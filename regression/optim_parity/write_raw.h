@@ -1,4 +1,4 @@
-// Writes a tensor's bytes raw (contiguous, native order) for the Python side of a conformance test.
+// Writes a tensor's bytes raw (contiguous, native order) for the Python side of an optimizer parity test.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-namespace mfsdp::conformance {
+namespace mfsdp::optim_parity {
 
 inline void write_raw(const std::string& path, const at::Tensor& t) {
   const at::Tensor c = t.contiguous();
@@ -14,4 +14,4 @@ inline void write_raw(const std::string& path, const at::Tensor& t) {
   out.write(static_cast<const char*>(c.const_data_ptr()), static_cast<std::streamsize>(c.nbytes()));
 }
 
-}  // namespace mfsdp::conformance
+}  // namespace mfsdp::optim_parity

@@ -1,6 +1,6 @@
 """Runs an external implementation of Shampoo and SOAP -- pytorch-optimizer 4.1.0 (PyPI
 `pytorch-optimizer`, import `pytorch_optimizer`): its `Shampoo`, `ScalableShampoo` and `SOAP` -- on
-the tensors matrix_optim_conformance_dump wrote and compares the final parameters and optimizer state
+the tensors matrix_optim_parity_dump wrote and compares the final parameters and optimizer state
 with ours (core/optim/optim.cpp).
 Usage: python check_matrix_optim.py DIR   (exit 1 when a claim below fails, 2 on a wrong setup)
 

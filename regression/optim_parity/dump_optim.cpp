@@ -1,9 +1,9 @@
 // Writes the inputs and the C++ results of Muon and AdamW for several shapes and hyperparameters, so that
 // check_optim.py can run the real torch.optim.Muon / torch.optim.AdamW on the same tensors and
-// compare bit for bit. Usage: optim_conformance_dump OUTDIR
+// compare bit for bit. Usage: optim_parity_dump OUTDIR
 #include "core/dist/determinism.h"
 #include "core/optim/optim.h"
-#include "regression/conformance/write_raw.h"
+#include "regression/optim_parity/write_raw.h"
 
 #include <ATen/ops/empty.h>
 #include <nlohmann/json.hpp>
@@ -15,7 +15,7 @@ using namespace mfsdp;
 
 namespace {
 
-using conformance::write_raw;
+using optim_parity::write_raw;
 
 }  // namespace
 
