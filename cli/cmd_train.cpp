@@ -9,6 +9,7 @@
 #include "core/train/trainer.h"
 #include "core/util/files.h"
 #include "harness/placements.h"
+#include "harness/trajectory_dump.h"
 
 #include <ATen/Context.h>
 #include <c10/util/Exception.h>
@@ -41,6 +42,8 @@ struct TrainArgs {
   bool resume = false;
   std::string resume_from;
   bool overwrite_checkpoints = false;
+  std::string dump_trajectory;
+  bool dump_grads = false;
 };
 
 // Files, directories and flag combinations, checked here rather than by every rank, or after training.
@@ -54,6 +57,12 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
   TORCH_CHECK(c.resume_from.empty() || runs_on_owner_runtime(c.placement) || c.placement == Placement::ddp, "train: placement ",
               a.placement, " does not resume from checkpoints (owner, reconstruct, alltoall and ddp do)");
   if (!a.metrics.empty()) check_output_path(a.metrics, "train: --metrics");
+  TORCH_CHECK(!a.dump_grads || !a.dump_trajectory.empty(), "train: --dump-grads needs --dump-trajectory DIR");
+  TORCH_CHECK(!a.dump_grads || c.placement != Placement::zero1, "train: --dump-grads: placement zero1 cannot report its gradients "
+              "(owner, reconstruct, alltoall and ddp can)");
+  TORCH_CHECK(!a.dump_grads || c.runtime.step_mode != StepMode::dedup || a.run.replicas <= 1,
+              "train: --dump-grads: under --step-mode dedup no rank group holds every reduced gradient; use --step-mode replicated");
+  if (!a.dump_trajectory.empty()) check_empty_output_dir(a.dump_trajectory, "train: --dump-trajectory");
   check_corpus(a.data, c.seq, "train: --data");
   if (!a.resume_from.empty()) TORCH_CHECK(path_exists(a.resume_from), "train: --resume-from: '", a.resume_from, "' does not exist");
 }
@@ -106,6 +115,22 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   if (reporter) say("train: " + describe_run(config, ctx.world_size, a.device, a.backend));
   if (reporter && a.resume && config.resume_from.empty())
     say("resume: no checkpoint under " + a.checkpoint_dir + " yet; starting at step 0");
+  // The trajectory dump (docs/conformance.md): rank 0 writes every step's full state; every rank
+  // takes part in the gathers.
+  std::unique_ptr<TrajectoryWriter> dump;
+  if (reporter && !a.dump_trajectory.empty())
+    dump = std::make_unique<TrajectoryWriter>(
+        a.dump_trajectory, trajectory_header(config, ctx.world_size, "mfsdp train --placement " + a.placement));
+  if (!a.dump_trajectory.empty()) {
+    config.full_grads = a.dump_grads;
+    config.on_full_state = [&](int64_t step, const StepMetrics* m, const ParamMap& params, const ParamMap* grads) {
+      if (!dump) return;
+      TrajectoryStep s;
+      s.step = step;
+      if (m) s.loss = m->loss, s.grad_norm = m->grad_norm;
+      dump->add(s, params, grads);
+    };
+  }
   auto report = [&](const StepMetrics& m) {
     if (!reporter) return;
     say(progress_line(m, a.step.steps));
@@ -134,6 +159,10 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
     say(losses +
         (result.resumed.checkpoint.empty() ? std::string() : " (resumed after step " + std::to_string(result.resumed.step) + ")") +
         "; plan hash " + plan_hash);
+  }
+  if (dump) {
+    dump->finish();
+    say("trajectory: " + a.dump_trajectory);
   }
   if (metrics) {
     metrics->write(summary_row(ranks, config.runtime.precision).dump() + "\n");
@@ -199,6 +228,10 @@ void add_train_command(CLI::App& app, Action& run) {
   cmd->add_option("--resume-from", a->resume_from, "Continue from this checkpoint (a step directory or a checkpoint directory)");
   cmd->add_flag("--overwrite-checkpoints", a->overwrite_checkpoints,
                 "Start a new run in a --checkpoint-dir that holds another run's checkpoints, removing them");
+  cmd->add_option("--dump-trajectory", a->dump_trajectory,
+                  "Write every step's loss and full parameters into this new or empty directory, for mfsdp conform "
+                  "(docs/conformance.md)");
+  cmd->add_flag("--dump-grads", a->dump_grads, "With --dump-trajectory: also every step's gradients as its update used them");
   cmd->callback([&run, a] { run = [a] { return run_train(*a); }; });
 }
 

@@ -29,6 +29,7 @@ void add_checkpoint_commands(CLI::App& app, Action& run);  // export, checkpoint
 void add_dashboard_command(CLI::App& app, Action& run);
 void add_calibrate_command(CLI::App& app, Action& run);  // hardware profile of this machine
 void add_simulate_command(CLI::App& app, Action& run);   // a placement's step priced on a profile
+void add_conform_command(CLI::App& app, Action& run);    // two trajectory dumps compared
 
 // The process's command line (argv[0] first), for relaunching it per rank.
 const std::vector<std::string>& raw_args();

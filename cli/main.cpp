@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   add_dashboard_command(app, run);
   add_calibrate_command(app, run);
   add_simulate_command(app, run);
+  add_conform_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

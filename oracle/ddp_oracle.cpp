@@ -83,6 +83,8 @@ void DdpOracle::set_lr_factor(double factor) {
 
 ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
 
+ParamMap DdpOracle::full_grads() { return cpu_copies(grads_); }
+
 int64_t DdpOracle::resident_bytes() const {
   int64_t n = 0;
   for (const auto& [name, p] : params_) n += 2 * static_cast<int64_t>(p.nbytes());  // parameter and gradient

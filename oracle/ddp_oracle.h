@@ -51,6 +51,7 @@ class DdpOracle : public PlacementRunner {
   Update update() override;
   void set_lr_factor(double factor) override;  // every parameter's optimizer
   ParamMap full_params() override;
+  ParamMap full_grads() override;
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
 
   const ParamMap& params() const { return params_; }

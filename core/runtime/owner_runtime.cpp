@@ -602,6 +602,18 @@ ParamMap OwnerRuntime::gather_full_params() {
   return out;
 }
 
+ParamMap OwnerRuntime::gather_full_grads() {
+  TORCH_CHECK(step_replicas().empty(),
+              "gradients: under HSDP --step-mode dedup no rank group holds every reduced gradient; use --step-mode replicated");
+  PhaseScope phase(comm_, Phase::other);
+  ParamMap out;
+  for (auto& unit : units_) {
+    std::vector<at::Tensor> full = unit->gather_grads();
+    for (size_t k = 0; k < full.size(); ++k) out.emplace(plan_.shards()[unit->shards()[k]].name, std::move(full[k]));
+  }
+  return out;
+}
+
 int64_t OwnerRuntime::optimizer_state_bytes() const {
   int64_t n = 0;
   if (even_step_) n += even_step_->state_bytes();

@@ -158,6 +158,10 @@ class OwnerRuntime {
   at::Tensor local_grad(const std::string& name);
   // Every parameter's master in full on every rank, as CPU tensors (collectives in phase `other`).
   ParamMap gather_full_params();
+  // Every parameter's gradient in full, as the step uses it (the mean over the step's micro-batches
+  // and ranks, clipped when clipping is on): between the last micro-batch's backward and step().
+  // Refused under HSDP dedup, where no group holds every reduced gradient.
+  ParamMap gather_full_grads();
 
   // For checkpoints: the optimizer stepping plan shard `shard` here (null where this rank stores
   // none of it, or where the even-matrix step owns it), whether the even-matrix step steps it,

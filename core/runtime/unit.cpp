@@ -297,13 +297,17 @@ std::vector<at::Tensor> Unit::full_views() const {
   return views;
 }
 
-std::vector<at::Tensor> Unit::gather_masters() {
+std::vector<at::Tensor> Unit::gather_masters() { return gather_segment(segment_, "masters"); }
+
+std::vector<at::Tensor> Unit::gather_grads() { return gather_segment(segment_grad_, "gradients"); }
+
+std::vector<at::Tensor> Unit::gather_segment(const at::Tensor& segment, const char* what) {
   TORCH_CHECK(state_ == UnitState::sharded, "unit '", layout_.name, "' on rank ", rank_,
-              ": masters gathered while the unit is ", to_string(state_));
+              ": ", what, " gathered while the unit is ", to_string(state_));
   UnitScope tag(comm_, index_);
   const int W = plan_.world_size();
-  at::Tensor flat = at::zeros({layout_.numel}, segment_.options());  // rank-major, as the plan lays it out
-  flat.narrow(0, layout_.segments[rank_].offset, segment_.numel()).copy_(segment_);
+  at::Tensor flat = at::zeros({layout_.numel}, segment.options());  // rank-major, as the plan lays it out
+  flat.narrow(0, layout_.segments[rank_].offset, segment.numel()).copy_(segment);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<at::Tensor> parts;  // alive until the broadcasts complete
   for (int r = 0; r < W && W > 1; ++r) {
@@ -315,7 +319,7 @@ std::vector<at::Tensor> Unit::gather_masters() {
   std::vector<at::Tensor> out;
   for (int si : layout_.shards) {
     const MatrixShard& s = plan_.shards()[si];
-    at::Tensor full = at::empty(s.shape, segment_.options().device(at::kCPU));
+    at::Tensor full = at::empty(s.shape, segment.options().device(at::kCPU));
     at::Tensor full_flat = full.view({-1});
     for (const ShardSlice& sl : s.slices) {
       if (sl.rows == 0) continue;

@@ -109,8 +109,12 @@ class Unit {
   // Every parameter of the unit in full, as masters (CPU copies): every segment broadcast in the
   // master dtype once (phase as the caller set). Leaves the unit sharded.
   std::vector<at::Tensor> gather_masters();
+  // The same for the gradients the segment holds (after a step's last reduction: the mean,
+  // clipped when clipping is on): for trajectory dumps (--dump-grads).
+  std::vector<at::Tensor> gather_grads();
 
  private:
+  std::vector<at::Tensor> gather_segment(const at::Tensor& segment, const char* what);
   int64_t compute_elem_size() const;
   void allocate_gathered();
   void free_gathered();

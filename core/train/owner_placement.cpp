@@ -85,6 +85,7 @@ class OwnerRunner : public PlacementRunner {
   }
   void set_lr_factor(double factor) override { rt_.set_lr_factor(factor); }
   ParamMap full_params() override { return rt_.gather_full_params(); }
+  ParamMap full_grads() override { return rt_.gather_full_grads(); }
   std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,
                               const LoopState& loop) override {
     CheckpointContext ctx;

@@ -33,6 +33,10 @@ std::string PlacementRunner::save_checkpoint(const std::string&, int64_t, const 
               " does not write checkpoints (owner, reconstruct and alltoall do)");
 }
 
+ParamMap PlacementRunner::full_grads() {
+  TORCH_CHECK(false, "gradients: this placement cannot report its gradients (owner, reconstruct, alltoall and ddp can)");
+}
+
 ResumeInfo PlacementRunner::load_checkpoint(const std::string&, const TrainConfig& config) {
   TORCH_CHECK(false, "train: placement ", to_string(config.placement),
               " does not resume from checkpoints (owner, reconstruct, alltoall and ddp do)");

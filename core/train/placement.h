@@ -90,6 +90,10 @@ class PlacementRunner {
   virtual void set_lr_factor(double factor) = 0;
   // Every parameter in full, as CPU copies (may communicate, in phase `other`).
   virtual ParamMap full_params() = 0;
+  // Every gradient in full as the update will use it (after the last micro-batch's reduction and
+  // clipping; before update), as CPU copies (may communicate, in phase `other`). Placements that
+  // cannot say so throw.
+  virtual ParamMap full_grads();
   virtual int64_t resident_bytes() const = 0;
   virtual int64_t peak_gathered_bytes() const { return 0; }
   // Gradient accumulation's sums between micro-batches, the most at once (owner runtime; 0 elsewhere).

@@ -268,6 +268,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     start = static_cast<int>(result.resumed.step);
     if (config.on_resume) config.on_resume(result.resumed);
   }
+  TORCH_CHECK(!config.full_grads || config.on_full_state, "train: full_grads needs on_full_state");
+  if (config.on_full_state) config.on_full_state(start, nullptr, stepper->full_params(), nullptr);
   for (int step = start; step < config.steps; ++step) {
     StepMetrics m;
     m.step = step + 1;
@@ -295,6 +297,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
       m.backward_s += g.backward_s;
     }
     m.local_loss = K == 1 ? loss_sum : loss_sum / K;
+    std::optional<ParamMap> grads;
+    if (config.full_grads) grads = stepper->full_grads();
     m.lr_scheduled = scheduled(schedule);
     m.lr_factor = lr_lambda(schedule, taken);
     stepper->set_lr_factor(m.lr_factor);
@@ -321,6 +325,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     m.peak_gathered_bytes = stepper->peak_gathered_bytes();
     m.peak_accumulation_bytes = stepper->peak_accumulation_bytes();
     if (config.record_params) result.params_per_step.push_back(stepper->full_params());
+    if (config.on_full_state) config.on_full_state(m.step, &m, stepper->full_params(), grads ? &*grads : nullptr);
     if (on_step) on_step(m);
     result.steps.push_back(m);
   }

@@ -21,6 +21,8 @@
 
 namespace mfsdp {
 
+struct StepMetrics;
+
 // The most micro-batches a step may have (--grad-accum).
 constexpr int kMaxGradAccum = 4096;
 
@@ -46,6 +48,13 @@ struct TrainConfig {
   // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
   // phase `other`, after the step's counters were read): for differential tests and verify.
   bool record_params = false;
+  // The full state, for trajectory dumps (mfsdp train --dump-trajectory): called on every rank with
+  // every parameter in full before the first step (`metrics` null: the initial or resumed state)
+  // and after every step; with full_grads, also with that step's gradients as its update used them
+  // (gathered after the reduction and clipping, before the update: phase `other` traffic counted
+  // in the step's counters). Gathers are collectives: every rank gets the call.
+  std::function<void(int64_t step, const StepMetrics* metrics, const ParamMap& params, const ParamMap* grads)> on_full_state;
+  bool full_grads = false;
   // Fault injection for tests: this rank SIGKILLs itself in the backward pass of this step, or
   // in the checkpoint of this step after writing its rank file (before the commit).
   std::optional<std::pair<int, int>> kill_rank_at_step;

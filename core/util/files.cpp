@@ -185,4 +185,20 @@ void check_output_dir(const std::string& dir, const std::string& what) {
               at == dir ? std::string() : " (so '" + dir + "' cannot be created)");
 }
 
+void check_empty_output_dir(const std::string& dir, const std::string& what) {
+  check_output_dir(dir, what);
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) return;  // absent: created by the writer
+  TORCH_CHECK(S_ISDIR(st.st_mode), what, ": '", dir, "' is not a directory", S_ISLNK(st.st_mode) ? " (a symbolic link)" : "");
+  DIR* d = ::opendir(dir.c_str());
+  TORCH_CHECK(d != nullptr, what, ": cannot read '", dir, "': ", std::strerror(errno));
+  bool empty = true;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") empty = false;
+  }
+  ::closedir(d);
+  TORCH_CHECK(empty, what, ": '", dir, "' is not empty (the output goes into a new or empty directory; nothing there is replaced)");
+}
+
 }  // namespace mfsdp

@@ -44,6 +44,8 @@ std::string read_file(const std::string& path, const std::string& what = "file",
 void check_input_file(const std::string& path, const std::string& what, int64_t max_bytes);
 void check_output_path(const std::string& path, const std::string& what);
 void check_output_dir(const std::string& dir, const std::string& what);
+// The same, and `dir` is absent or an empty directory (not a symbolic link): outputs that replace nothing.
+void check_empty_output_dir(const std::string& dir, const std::string& what);
 
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);

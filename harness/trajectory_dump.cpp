@@ -1,0 +1,168 @@
+#include "harness/trajectory_dump.h"
+
+#include "core/io/checkpoint.h"
+#include "core/io/safetensors.h"
+#include "core/plan/precision.h"
+#include "core/train/data.h"
+#include "core/train/trainer.h"
+#include "core/util/files.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace mfsdp {
+namespace {
+
+std::string step_file(const char* kind, int64_t step) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s_%08lld.safetensors", kind, static_cast<long long>(step));
+  return name;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> sorted_tensors(const ParamMap& map) {
+  std::vector<std::pair<std::string, at::Tensor>> out(map.begin(), map.end());
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return out;
+}
+
+nlohmann::json step_json(const TrajectoryStep& s) {
+  nlohmann::json j{{"step", s.step}, {"params", s.params}};
+  if (!s.grads.empty()) j["grads"] = s.grads;
+  if (s.loss) j["loss"] = trajectory_number(*s.loss);
+  if (s.grad_norm) j["grad_norm"] = trajectory_number(*s.grad_norm);
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json trajectory_number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  return v;
+}
+
+double trajectory_number_of(const nlohmann::json& j, const std::string& what) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const std::string s = j.get<std::string>();
+    if (s == "nan") return NAN;
+    if (s == "inf") return INFINITY;
+    if (s == "-inf") return -INFINITY;
+  }
+  TORCH_CHECK(false, what, " is ", j.dump(), ": expected a number, or \"nan\", \"inf\" or \"-inf\"");
+}
+
+nlohmann::json trajectory_header(const TrainConfig& config, int world_size, const std::string& producer) {
+  const nlohmann::json all = optimizers_to_json(config.runtime);
+  const std::string matrix = all.at("matrix").get<std::string>(), other = all.at("other").get<std::string>();
+  nlohmann::json optimizer{{"matrix", matrix}, {"other", other}, {"groups", all.at("groups")}};
+  optimizer[matrix] = all.at(matrix);
+  optimizer[other] = all.at(other);
+  const ByteCorpus corpus = ByteCorpus::load(config.data);
+  nlohmann::json schedule = lr_schedule_to_json(resolve_decay_steps(config.lr_schedule, config.steps), 0);
+  schedule.erase("steps_taken");
+  return {{"format", kTrajectoryFormat},
+          {"format_version", kTrajectoryFormatVersion},
+          {"producer", producer},
+          {"model", model_config_json(config.model)},
+          {"optimizer", optimizer},
+          {"world_size", world_size},
+          {"precision", precision_to_json(config.runtime.precision)},
+          {"seed", config.seed},
+          {"data",
+           {{"batch", config.batch},
+            {"seq", config.seq},
+            {"grad_accum", config.grad_accum},
+            {"corpus_bytes", corpus.size()},
+            {"corpus_crc32", corpus.crc32()}}},
+          {"max_norm", config.runtime.max_norm},
+          {"lr_schedule", schedule}};
+}
+
+TrajectoryWriter::TrajectoryWriter(std::string dir, nlohmann::json header) : dir_(std::move(dir)), header_(std::move(header)) {
+  check_empty_output_dir(dir_, "--dump-trajectory");
+  if (!path_exists(dir_)) make_dirs(dir_);
+  write_header(false);
+}
+
+void TrajectoryWriter::add(const TrajectoryStep& step, const ParamMap& params, const ParamMap* grads) {
+  TrajectoryStep s = step;
+  s.params = step_file("params", s.step);
+  write_safetensors(dir_ + "/" + s.params, sorted_tensors(params), {{"step", std::to_string(s.step)}, {"kind", "params"}});
+  if (grads) {
+    s.grads = step_file("grads", s.step);
+    write_safetensors(dir_ + "/" + s.grads, sorted_tensors(*grads), {{"step", std::to_string(s.step)}, {"kind", "grads"}});
+  }
+  steps_.push_back(s);
+  write_header(false);
+}
+
+void TrajectoryWriter::finish() { write_header(true); }
+
+void TrajectoryWriter::write_header(bool complete) {
+  nlohmann::json j = header_;
+  j["complete"] = complete;
+  j["steps"] = nlohmann::json::array();
+  for (const TrajectoryStep& s : steps_) j["steps"].push_back(step_json(s));
+  write_file_atomic(dir_ + "/" + kTrajectoryHeaderFile, j.dump(1) + "\n");
+}
+
+TrajectoryDump read_trajectory(const std::string& dir) {
+  TrajectoryDump d;
+  d.dir = dir;
+  TORCH_CHECK(is_directory(dir), "'", dir, "' is not a directory (a trajectory dump is a directory holding ",
+              kTrajectoryHeaderFile, ")");
+  const std::string path = dir + "/" + kTrajectoryHeaderFile;
+  TORCH_CHECK(path_exists(path), "'", dir, "' holds no ", kTrajectoryHeaderFile, ": not a trajectory dump");
+  const std::string text = read_file(path, "trajectory header", int64_t{64} << 20);
+  try {
+    d.header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    TORCH_CHECK(false, path, ": not valid JSON (", e.what(),
+                "); NaN and Infinity are not JSON: a dump writes them as the strings \"nan\", \"inf\", \"-inf\"");
+  }
+  const nlohmann::json& h = d.header;
+  TORCH_CHECK(h.is_object(), path, ": the header is not a JSON object");
+  TORCH_CHECK(h.value("format", "") == kTrajectoryFormat, path, ": format is ", h.value("format", nlohmann::json()).dump(),
+              ", expected \"", kTrajectoryFormat, "\"");
+  TORCH_CHECK(h.contains("format_version") && h["format_version"] == kTrajectoryFormatVersion, path, ": format_version ",
+              h.value("format_version", nlohmann::json()).dump(), " is not ", kTrajectoryFormatVersion, " (this reader's)");
+  for (const std::string& f : kComparedFields) TORCH_CHECK(h.contains(f), path, ": the header has no field '", f, "'");
+  TORCH_CHECK(h.contains("complete") && h["complete"].is_boolean(), path, ": the header has no boolean 'complete'");
+  TORCH_CHECK(h.contains("steps") && h["steps"].is_array(), path, ": the header has no array 'steps'");
+  int64_t expect = -1;
+  for (const nlohmann::json& s : h["steps"]) {
+    TORCH_CHECK(s.is_object() && s.contains("step") && s["step"].is_number_integer(), path, ": a step entry without an integer 'step': ",
+                s.dump());
+    TrajectoryStep t;
+    t.step = s["step"].get<int64_t>();
+    const std::string where = path + ": step " + std::to_string(t.step);
+    TORCH_CHECK(t.step >= 0, where, ": a negative step");
+    TORCH_CHECK(expect < 0 || t.step == expect, path, ": step ", expect, " is missing (the list goes on with step ", t.step, ")");
+    expect = t.step + 1;
+    TORCH_CHECK(s.contains("params") && s["params"].is_string(), where, ": no 'params' file");
+    t.params = s["params"].get<std::string>();
+    if (s.contains("grads")) {
+      TORCH_CHECK(s["grads"].is_string(), where, ": 'grads' is not a file name");
+      t.grads = s["grads"].get<std::string>();
+    }
+    for (const std::string& f : {t.params, t.grads}) {
+      if (f.empty()) continue;
+      TORCH_CHECK(f.find('/') == std::string::npos && f != "." && f != "..", where, ": file name '", f,
+                  "' is not a plain name inside the dump");
+      TORCH_CHECK(path_exists(dir + "/" + f), where, ": its file '", f, "' is missing from the dump");
+    }
+    if (s.contains("loss")) t.loss = trajectory_number_of(s["loss"], where + ": loss");
+    if (s.contains("grad_norm")) t.grad_norm = trajectory_number_of(s["grad_norm"], where + ": grad_norm");
+    d.steps.push_back(t);
+  }
+  TORCH_CHECK(!d.steps.empty(), path, ": the dump lists no step");
+  TORCH_CHECK(h["complete"].get<bool>(), path, ": the dump is incomplete (its run stopped after step ", d.steps.back().step,
+              " without finishing)");
+  return d;
+}
+
+}  // namespace mfsdp
