@@ -306,6 +306,8 @@ Tolerance parse_tolerance(const std::string& spec) {
   }
   TORCH_CHECK(j.is_object() && j.contains("entries") && j["entries"].is_array() && !j["entries"].empty(), "--tolerance ", spec,
               ": expected {\"entries\": [...]} with at least one entry");
+  for (const auto& [k, v] : j.items())
+    TORCH_CHECK(k == "entries" || k == "about", "--tolerance ", spec, ": unknown field '", k, "' (a file has 'entries' and may have 'about')");
   std::set<std::string> names;
   for (size_t i = 0; i < j["entries"].size(); ++i) {
     t.entries.push_back(entry_of(j["entries"][i], i, spec));

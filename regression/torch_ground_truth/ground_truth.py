@@ -81,18 +81,18 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-CORPUS = "/usr/share/common-licenses/GPL-3"  # data.h's kDefaultCorpus
-VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS = 256, 64, 128, 2, 4  # the "tiny" preset (presets.cpp)
-RMS_EPS = 1e-6
-MUON_LR, ADAMW_LR = 0.02, 3e-3  # training_defaults() (core/plan/optimizer_config.cpp)
+# The model, its init, its sampler and its functional forward: the module the stock peers share.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "peers"))
+from reference_model import (ADAMW_LR, EXPERTS, MUON_LR, RMS_EPS, TINY, TOP_K, batch,  # noqa: E402
+                             corpus_bytes, functional_loss, init_params, param_specs)
+
+VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS = TINY.vocab, TINY.hidden, TINY.intermediate, TINY.layers, TINY.heads
 SEED, BATCH, SEQ = 0, 4, 32      # mfsdp train's defaults
 STEPS = 4
 # torch's recursive schedulers (LinearLR, CosineAnnealingLR: each lr from the previous one) against
 # the closed form: the last bits drift with the steps. Bound on the largest difference, in units in
 # the last place of the closed form's lr, over the dump's 300-step table (measured: see docs/schedules.md).
 SCHEDULE_RECURSIVE_ULP = 64
-MASK64 = (1 << 64) - 1
-EXPERTS, TOP_K = 4, 2  # --experts 4 --top-k 2 (expert width: the dense INTERMEDIATE)
 
 # The idiomatic model's bounds. Every op of both models is float32 and computes the same function;
 # they may differ only in how two ops accumulate: nn.RMSNorm (F.rms_norm's kernel instead of the
@@ -106,143 +106,6 @@ EXPERTS, TOP_K = 4, 2  # --experts 4 --top-k 2 (expert width: the dense INTERMED
 # a missing 1/sqrt(d) or a wrong mask by more than 1e-2).
 IDIOMATIC_LOSS_RTOL = 1e-6
 IDIOMATIC_GRAD_RTOL = 5e-6
-
-
-# ---- Generators, initialisation, sampler (from their definitions) ------------------------------
-
-def mix(x):
-    """splitmix64, as determinism.cpp's mix()."""
-    x = (x + 0x9E3779B97F4A7C15) & MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
-    return x ^ (x >> 31)
-
-
-def shared_generator(seed):
-    g = torch.Generator()
-    g.manual_seed(mix(seed))
-    return g
-
-
-def rank_generator(seed, rank):
-    g = torch.Generator()
-    g.manual_seed(mix((mix(seed) + rank + 1) & MASK64))
-    return g
-
-
-def param_specs(tied=False, moe=False):
-    """(name, shape, is_matrix) in transformer_spec's order: the order init draws in. Tied
-    (--tie-embeddings): no head.weight; the head reuses embed.weight. MoE: each block's MLP is a
-    router (AdamW) and three 3-D expert tensors (a matrix optimizer per slice)."""
-    out = [("embed.weight", (VOCAB, HIDDEN), False)]
-    for i in range(LAYERS):
-        p = f"layers.{i}."
-        out += [(p + "attn_norm.weight", (HIDDEN,), False),
-                (p + "attn.q.weight", (HIDDEN, HIDDEN), True),
-                (p + "attn.k.weight", (HIDDEN, HIDDEN), True),
-                (p + "attn.v.weight", (HIDDEN, HIDDEN), True),
-                (p + "attn.o.weight", (HIDDEN, HIDDEN), True),
-                (p + "mlp_norm.weight", (HIDDEN,), False)]
-        if moe:
-            out += [(p + "moe.router.weight", (EXPERTS, HIDDEN), False),
-                    (p + "moe.experts.gate", (EXPERTS, INTERMEDIATE, HIDDEN), True),
-                    (p + "moe.experts.up", (EXPERTS, INTERMEDIATE, HIDDEN), True),
-                    (p + "moe.experts.down", (EXPERTS, HIDDEN, INTERMEDIATE), True)]
-        else:
-            out += [(p + "mlp.gate.weight", (INTERMEDIATE, HIDDEN), True),
-                    (p + "mlp.up.weight", (INTERMEDIATE, HIDDEN), True),
-                    (p + "mlp.down.weight", (HIDDEN, INTERMEDIATE), True)]
-    out += [("norm.weight", (HIDDEN,), False)] + ([] if tied else [("head.weight", (VOCAB, HIDDEN), False)])
-    return out
-
-
-def init_params(seed, tied=False, moe=False):
-    """TransformerModel::init: 2-D and 3-D tensors N(0, 0.02) drawn in spec order from one generator; norms 1."""
-    g = shared_generator(seed)
-    params = {}
-    for name, shape, _ in param_specs(tied, moe):
-        if len(shape) == 1:
-            params[name] = torch.ones(shape) if "norm" in name else torch.zeros(shape)
-        else:
-            params[name] = torch.empty(shape, dtype=torch.float32).normal_(0.0, 0.02, generator=g)
-    return params
-
-
-def corpus_bytes():
-    return open(CORPUS, "rb").read()
-
-
-def batch(data, seed, step, rank, B, S):
-    """ByteCorpus::batch: B windows of S + 1 bytes at offsets drawn per (seed, step, rank)."""
-    g = rank_generator((seed * 1000003 + step) & MASK64, rank)
-    starts = torch.randint(len(data) - S, (B,), generator=g, dtype=torch.long).tolist()
-    tokens = torch.tensor([[data[s + i] for i in range(S)] for s in starts], dtype=torch.long)
-    targets = torch.tensor([[data[s + i + 1] for i in range(S)] for s in starts], dtype=torch.long)
-    return tokens, targets
-
-
-# ---- The model: the functional spelling (model.cpp's ops, in its order) and an idiomatic one ---
-
-def rms_norm(x, w):
-    # Normalised in float32, cast back, then times the weight (a no-op cast in float32).
-    xf = x.float()
-    return (xf * (xf.pow(2).mean(-1, keepdim=True) + RMS_EPS).rsqrt()).to(x.dtype) * w
-
-
-def experts(p, pre, h):
-    """model.cpp's TransformerModel::experts, op for op: float32 router softmax; the top-k of a stable
-    descending sort (ties to the lower expert), renormalised; the (token, slot) pairs stably sorted by
-    expert, each expert's SwiGLU on its contiguous block; gathered back by the inverse permutation,
-    weighted and summed over the slots."""
-    B, S, H = h.shape
-    T = B * S
-    x = h.reshape(T, H)
-    probs = torch.softmax(F.linear(x, p[pre + "moe.router.weight"]).float(), -1)
-    ranked, by_score = torch.sort(probs, dim=-1, descending=True, stable=True)
-    weights = ranked[:, :TOP_K]
-    weights = (weights / weights.sum(-1, keepdim=True)).to(h.dtype)
-    chosen = by_score[:, :TOP_K].reshape(-1)
-    order = torch.sort(chosen, dim=0, descending=False, stable=True).indices
-    counts = torch.bincount(chosen, minlength=EXPERTS).tolist()
-    tokens = x.unsqueeze(1).expand(T, TOP_K, H).reshape(T * TOP_K, H).index_select(0, order)
-    gate, up, down = (p[pre + "moe.experts." + n] for n in ("gate", "up", "down"))
-    outputs, begin = [], 0
-    for e in range(EXPERTS):
-        if counts[e] == 0:
-            continue
-        t = tokens.narrow(0, begin, counts[e])
-        outputs.append(F.linear(F.silu(F.linear(t, gate.select(0, e))) * F.linear(t, up.select(0, e)), down.select(0, e)))
-        begin += counts[e]
-    inverse = torch.argsort(order, stable=True)
-    out = (torch.cat(outputs).index_select(0, inverse).view(T, TOP_K, H) * weights.unsqueeze(-1)).sum(1)
-    return out.view(B, S, H)
-
-
-def functional_loss(p, tokens, targets):
-    x = F.embedding(tokens, p["embed.weight"])
-    B, S = tokens.shape
-    hd = HIDDEN // HEADS
-    for i in range(LAYERS):
-        pre = f"layers.{i}."
-        h = rms_norm(x, p[pre + "attn_norm.weight"])
-        q = F.linear(h, p[pre + "attn.q.weight"]).view(B, S, HEADS, hd).transpose(1, 2)
-        k = F.linear(h, p[pre + "attn.k.weight"]).view(B, S, HEADS, hd).transpose(1, 2)
-        v = F.linear(h, p[pre + "attn.v.weight"]).view(B, S, HEADS, hd).transpose(1, 2)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
-        future = torch.triu(torch.ones(S, S, dtype=torch.bool), 1)
-        scores = scores.masked_fill(future, -math.inf)
-        attn = torch.matmul(torch.softmax(scores.float(), -1).to(v.dtype), v).transpose(1, 2).reshape(B, S, HIDDEN)
-        y = x + F.linear(attn, p[pre + "attn.o.weight"])
-        h = rms_norm(y, p[pre + "mlp_norm.weight"])
-        if pre + "moe.router.weight" in p:
-            x = y + experts(p, pre, h)
-            continue
-        mlp = F.linear(F.silu(F.linear(h, p[pre + "mlp.gate.weight"])) * F.linear(h, p[pre + "mlp.up.weight"]),
-                       p[pre + "mlp.down.weight"])
-        x = y + mlp
-    # Tied: the one embed.weight again (autograd sums both uses' gradients into its .grad).
-    logits = F.linear(rms_norm(x, p["norm.weight"]), p["head.weight"] if "head.weight" in p else p["embed.weight"])
-    return F.cross_entropy(logits.reshape(-1, VOCAB).to(torch.float32), targets.reshape(-1))
 
 
 class Attention(nn.Module):
