@@ -134,6 +134,14 @@ def mean_over_ranks(value, world_size):
     return mean / world_size
 
 
+def max_over_ranks(values, world_size):
+    """The largest over ranks of each value (the slowest rank's time): what a step waits for."""
+    local = torch.tensor(values, dtype=torch.float64)
+    gathered = [torch.empty_like(local) for _ in range(world_size)]
+    dist.all_gather(gathered, local)
+    return torch.stack(gathered).max(0).values.tolist()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mode", choices=MODES, required=True)
@@ -224,14 +232,15 @@ def main():
         muon.zero_grad(set_to_none=True)
         adamw.zero_grad(set_to_none=True)
         mean = mean_over_ranks(float(loss.item()), W)
+        slowest = max_over_ranks([t1 - t0, t3 - t2], W)
         if a.dump_trajectory:
             params = state_in_full()
             if dump:
                 dump.add(step + 1, params, loss=mean, grads=grads)
         if metrics:
             metrics.write(json.dumps({"step": step + 1, "loss": mean, "forward_backward_s": t1 - t0, "optimizer_s": t3 - t2,
-                                      "step_s": (t1 - t0) + (t3 - t2), "collectives": {"forward_backward": fb.counts,
-                                                                                       "optimizer_step": opt.counts}}) + "\n")
+                                      "max_forward_backward_s": slowest[0], "max_optimizer_s": slowest[1],
+                                      "collectives": {"forward_backward": fb.counts, "optimizer_step": opt.counts}}) + "\n")
     maxrss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss], dtype=torch.int64)
     all_rss = [torch.empty_like(maxrss) for _ in range(W)]
     dist.all_gather(all_rss, maxrss)

@@ -384,6 +384,76 @@ void render_bench(std::ostringstream& o, const nlohmann::json& R, size_t f, cons
              case_rows, "cases-" + std::to_string(f));
 }
 
+// Stock PyTorch peers (peers/side_by_side.py, format mfsdp-peers): per model size, the slowest
+// rank's optimizer step and whole step per runner at each W (medians), peak memory above an empty
+// process, and every number with its spread.
+void render_peers(std::ostringstream& o, const nlohmann::json& R, size_t f, const std::string& name) {
+  o << "<h2>" << esc(name) << " — the owner runtime against stock PyTorch on this machine</h2>"
+    << "<p class=\"note\">owner: mfsdp train (C++, processes over gloo); ddp: DistributedDataParallel + torch.optim.Muon; "
+    << "fsdp2: fully_shard + torch.optim.Muon on DTensors; fsdp2_reconstruct: FSDP2 + full_tensor() + Newton-Schulz on every rank. "
+    << "Same model, init, data and hyperparameters, one intra-op thread per rank; the slowest rank's times, medians over "
+    << R["rounds"].get<int>() << " interleaved rounds of " << R["steps"].get<int>() << " steps (" << R["warmup_steps"].get<int>()
+    << " left out each). Python against C++: the peers pay Python and torch's dispatch per op; W beyond the machine's "
+    << R["machine"]["cpus"].get<int>() << " cores is oversubscribed.</p>";
+  std::vector<std::string> sizes, runners;
+  std::vector<int> ws;
+  for (const auto& x : R["results"]) {
+    const std::string size = x["size"].get<std::string>(), runner = x["runner"].get<std::string>();
+    if (std::find(sizes.begin(), sizes.end(), size) == sizes.end()) sizes.push_back(size);
+    if (std::find(runners.begin(), runners.end(), runner) == runners.end()) runners.push_back(runner);
+    if (std::find(ws.begin(), ws.end(), x["world_size"].get<int>()) == ws.end()) ws.push_back(x["world_size"].get<int>());
+  }
+  auto value = [&](const std::string& size, int W, const std::string& runner, const std::function<double(const nlohmann::json&)>& get) {
+    for (const auto& x : R["results"])
+      if (is(x["size"], size) && x["world_size"] == W && is(x["runner"], runner)) return get(x);
+    return std::nan("");
+  };
+  std::vector<std::string> cats;
+  for (int W : ws) cats.push_back("W=" + std::to_string(W));
+  for (const std::string& size : sizes) {
+    const std::string tag = std::to_string(f) + "-" + size;
+    o << "<h3>" << esc(size) << "</h3><div class=\"charts\">";
+    for (const auto& [key, title] : std::vector<std::pair<std::string, std::string>>{
+             {"optimizer_ms", "Optimizer step, ms (slowest rank, median)"}, {"step_ms", "Whole step, ms (slowest rank, median)"}}) {
+      std::vector<Series> series;
+      for (const std::string& r : runners) {
+        Series s{r, {}};
+        for (int W : ws) s.values.push_back(value(size, W, r, [&](const nlohmann::json& x) { return x[key]["median"].get<double>(); }));
+        series.push_back(s);
+      }
+      o << bar_chart("peers-" + key + "-" + tag, title + " (" + size + ")", cats, series, "ms", "world size",
+                     [](double v) { return num(v); });
+    }
+    std::vector<Series> memory;
+    for (const std::string& r : runners) {
+      Series s{r, {}};
+      for (int W : ws)
+        s.values.push_back(value(size, W, r, [](const nlohmann::json& x) { return x["peak_rss_above_empty_mib"].get<double>(); }));
+      memory.push_back(s);
+    }
+    o << bar_chart("peers-memory-" + tag, "Peak RSS above an empty process, MiB (" + size + ")", cats, memory, "MiB", "world size",
+                   [](double v) { return num(v); })
+      << "</div>";
+  }
+  auto cell = [](const nlohmann::json& m) {
+    return num(m["median"].get<double>()) + " [" + num(m["p25"].get<double>()) + "-" + num(m["p75"].get<double>()) + "]";
+  };
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& x : R["results"])
+    rows.push_back({x["size"].get<std::string>() + " / " + x["runner"].get<std::string>(), std::to_string(x["world_size"].get<int>()),
+                    cell(x["optimizer_ms"]), cell(x["forward_backward_ms"]), cell(x["step_ms"]), num(x["peak_rss_above_empty_mib"].get<double>())});
+  o << "<h3>Every run (median [25th-75th percentile], ms)</h3>"
+    << table({"size / runner", "W", "optimizer step", "forward + backward", "whole step", "peak MiB above empty"}, rows,
+             "peers-" + std::to_string(f));
+  std::vector<std::vector<std::string>> ratio_rows;
+  for (const auto& q : R["ratios"])
+    ratio_rows.push_back({q["size"].get<std::string>() + " / " + q["peer"].get<std::string>(), std::to_string(q["world_size"].get<int>()),
+                          num(q["optimizer_speedup"].get<double>()) + "x", num(q["step_speedup"].get<double>()) + "x",
+                          num(q["peak_memory_ratio"].get<double>()) + "x"});
+  o << "<h3>Owner against each peer (peer / owner)</h3>"
+    << table({"size / peer", "W", "optimizer step", "whole step", "peak memory"}, ratio_rows, "peers-ratios-" + std::to_string(f));
+}
+
 }  // namespace
 
 nlohmann::json load_dashboard_input(const std::string& path) {
@@ -403,9 +473,19 @@ nlohmann::json load_dashboard_input(const std::string& path) {
         TORCH_CHECK(r.contains(key), "dashboard: '", path, "': a run lacks \"", key, "\"");
     return j;
   }
+  if (format == "mfsdp-peers") {
+    for (const char* key : {"results", "ratios", "rounds", "steps", "warmup_steps", "machine"})
+      TORCH_CHECK(j.contains(key), "dashboard: '", path, "' lacks \"", key, "\"");
+    TORCH_CHECK(j["results"].is_array() && !j["results"].empty(), "dashboard: '", path, "' has no results");
+    for (const auto& r : j["results"])
+      for (const char* key : {"size", "runner", "world_size", "optimizer_ms", "forward_backward_ms", "step_ms", "peak_rss_above_empty_mib"})
+        TORCH_CHECK(r.contains(key), "dashboard: '", path, "': a result lacks \"", key, "\"");
+    return j;
+  }
   TORCH_CHECK(format == "mfsdp-bench", "dashboard: '", path,
-              "' is not a bench_step result (format mfsdp-bench; write one with build/bench/bench_step --json FILE) nor "
-              "simulate sweeps (format mfsdp-sim-sweep; bench/simulate_sweeps.py)");
+              "' is not a bench_step result (format mfsdp-bench; write one with build/bench/bench_step --json FILE), "
+              "simulate sweeps (format mfsdp-sim-sweep; bench/simulate_sweeps.py) nor stock-peer timings (format "
+              "mfsdp-peers; peers/side_by_side.py)");
   for (const char* key : {"environment", "cases", "ratios", "planner"})
     TORCH_CHECK(j.contains(key), "dashboard: '", path, "' lacks \"", key, "\"");
   return j;
@@ -427,6 +507,8 @@ std::string render_dashboard(const std::vector<nlohmann::json>& results, const s
   for (size_t f = 0; f < results.size(); ++f) {
     if (results[f]["format"] == "mfsdp-sim-sweep")
       render_sweep(o, results[f], f, names[f]);
+    else if (results[f]["format"] == "mfsdp-peers")
+      render_peers(o, results[f], f, names[f]);
     else
       render_bench(o, results[f], f, names[f]);
   }

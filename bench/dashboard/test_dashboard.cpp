@@ -8,6 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <map>
 #include <string>
@@ -208,12 +211,59 @@ TEST_F(Dashboard, RefusesAMissingFieldNamingTheFileAndTheField) {
   EXPECT_NE(format_error.find("'" + dir_ + "/bad.json' is not a bench_step result"), std::string::npos) << format_error;
 }
 
+// Stock-peer timings (peers/side_by_side.py): two sizes, W = 2 and 4, four runners.
+json peers_result() {
+  json r{{"format", "mfsdp-peers"}, {"rounds", 3}, {"steps", 10}, {"warmup_steps", 2}, {"machine", {{"cpus", 2}}},
+         {"results", json::array()}, {"ratios", json::array()}};
+  auto stat = [](double m) { return json{{"median", m}, {"p25", 0.9 * m}, {"p75", 1.1 * m}, {"n", 24}}; };
+  for (const char* size : {"tiny", "h512"})
+    for (int W : {2, 4})
+      for (const char* runner : {"owner", "ddp", "fsdp2", "fsdp2_reconstruct"}) {
+        r["results"].push_back({{"size", size}, {"runner", runner}, {"world_size", W}, {"optimizer_ms", stat(W)},
+                                {"forward_backward_ms", stat(2 * W)}, {"step_ms", stat(3 * W)}, {"peak_rss_above_empty_mib", 20.0}});
+        if (std::string(runner) != "owner")
+          r["ratios"].push_back({{"size", size}, {"peer", runner}, {"world_size", W}, {"optimizer_speedup", 2.0},
+                                 {"step_speedup", 1.5}, {"peak_memory_ratio", 1.2}});
+      }
+  return r;
+}
+
+TEST(DashboardPeers, EverySizeHasTheThreeChartsWithEveryRunnerAndTheTables) {
+  const std::string page = render_dashboard({peers_result()}, {"peers.json"});
+  for (const char* size : {"tiny", "h512"})
+    for (const std::string chart_id : {"peers-optimizer_ms-0-", "peers-step_ms-0-", "peers-memory-0-"}) {
+      const std::string id = chart_id + size;
+      const std::string svg = chart(page, id);
+      ASSERT_FALSE(svg.empty()) << id;
+      const std::map<std::string, int> points = series_points(svg, id);
+      EXPECT_EQ(points, (std::map<std::string, int>{{"ddp", 2}, {"fsdp2", 2}, {"fsdp2_reconstruct", 2}, {"owner", 2}})) << id;
+    }
+  EXPECT_EQ(count(table(page, "peers-0"), "<tr>"), 1 + 16);
+  EXPECT_EQ(count(table(page, "peers-ratios-0"), "<tr>"), 1 + 12);
+  char tmpl[] = "/tmp/mfsdp_dashboard_peers_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  json bad = peers_result();
+  bad["results"][3].erase("step_ms");
+  write_file_atomic(dir + "/bad.json", bad.dump());
+  std::string error = "accepted";
+  try {
+    load_dashboard_input(dir + "/bad.json");
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("a result lacks \"step_ms\""), std::string::npos) << error;
+  std::remove((dir + "/bad.json").c_str());
+  ::rmdir(dir.c_str());
+}
+
 // results/README.md: the committed pages are `mfsdp dashboard` of the committed results, byte for
 // byte (the file name as given on the command line heads each section).
 TEST(DashboardCommitted, PagesAreTheRenderOfTheCommittedResults) {
   const std::string root = MFSDP_SOURCE_DIR;
   for (const auto& [result, page] : {std::pair<std::string, std::string>{"results/cpu/bench_step.json", "results/cpu/dashboard.html"},
-                                     {"results/sim/sweeps.json", "results/sim/projections.html"}}) {
+                                     {"results/sim/sweeps.json", "results/sim/projections.html"},
+                                     {"results/cpu/peers.json", "results/cpu/peers.html"}}) {
     const std::string rendered = render_dashboard({load_dashboard_input(root + "/" + result)}, {result});
     EXPECT_TRUE(rendered == read_file(root + "/" + page)) << page << " is not the page of " << result;
   }

@@ -49,19 +49,39 @@ void fail_together(Communicator& comm, const std::string& error, const std::stri
   }
 }
 
+namespace {
+// Every rank's `local`, rank-major (W x n), on the CPU.
+at::Tensor allgather_doubles(Communicator& comm, const std::vector<double>& local) {
+  const int W = comm.world_size();
+  const int64_t n = static_cast<int64_t>(local.size());
+  at::Tensor mine = at::tensor(local, at::TensorOptions().dtype(at::kDouble)).to(comm.control_device());
+  at::Tensor all = at::empty({W * n}, comm.control_options(at::kDouble));
+  comm.allgather(all, mine)->wait();
+  return all.cpu();
+}
+}  // namespace
+
 std::vector<double> mean_over_ranks(Communicator& comm, const std::vector<double>& local) {
   const int W = comm.world_size();
   const int64_t n = static_cast<int64_t>(local.size());
   std::vector<double> out(local.size(), 0.0);
   if (n == 0) return out;
-  at::Tensor mine = at::tensor(local, at::TensorOptions().dtype(at::kDouble)).to(comm.control_device());
-  at::Tensor all = at::empty({W * n}, comm.control_options(at::kDouble));
-  comm.allgather(all, mine)->wait();
-  all = all.cpu();
+  const at::Tensor all = allgather_doubles(comm, local);
   const double* v = all.const_data_ptr<double>();
   for (int r = 0; r < W; ++r)
     for (int64_t s = 0; s < n; ++s) out[s] += v[r * n + s];
   for (double& x : out) x /= W;
+  return out;
+}
+
+std::vector<double> max_over_ranks(Communicator& comm, const std::vector<double>& local) {
+  const int64_t n = static_cast<int64_t>(local.size());
+  std::vector<double> out = local;
+  if (n == 0) return out;
+  const at::Tensor all = allgather_doubles(comm, local);
+  const double* v = all.const_data_ptr<double>();
+  for (int r = 0; r < comm.world_size(); ++r)
+    for (int64_t s = 0; s < n; ++s) out[s] = std::max(out[s], v[r * n + s]);
   return out;
 }
 

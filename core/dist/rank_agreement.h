@@ -26,5 +26,7 @@ void fail_together(Communicator& comm, const std::string& error, const std::stri
 // The mean over ranks of each entry of `local` (every rank passes the same count): summed in rank
 // order 0..W-1 in double, divided once by W; the same on every rank.
 std::vector<double> mean_over_ranks(Communicator& comm, const std::vector<double>& local);
+// The largest over ranks of each entry of `local` (the slowest rank's time, ...); the same on every rank.
+std::vector<double> max_over_ranks(Communicator& comm, const std::vector<double>& local);
 
 }  // namespace mfsdp

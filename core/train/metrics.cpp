@@ -57,6 +57,8 @@ std::string progress_line(const StepMetrics& m, int total_steps) {
 nlohmann::ordered_json metrics_row(const StepMetrics& m) {
   nlohmann::ordered_json j{{"step", m.step}, {"loss", m.loss}, {"forward_ms", 1e3 * m.forward_s},
                            {"backward_ms", 1e3 * m.backward_s}, {"optimizer_ms", 1e3 * m.optimizer_s},
+                           {"max_forward_ms", 1e3 * m.max_forward_s}, {"max_backward_ms", 1e3 * m.max_backward_s},
+                           {"max_optimizer_ms", 1e3 * m.max_optimizer_s},
                            {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
                            {"skipped", m.skipped}};
   if (m.grad_norm) j["grad_norm"] = *m.grad_norm;  // before clipping; null when not finite

@@ -25,7 +25,8 @@ std::string describe_run(const TrainConfig& config, int world_size, const std::s
 // HSDP's update broadcast when it ran), resident and peak gathered memory, a skipped step.
 std::string progress_line(const StepMetrics& m, int total_steps);
 
-// Step `m` as one JSON object: step, loss, forward_ms, backward_ms, optimizer_ms, resident_bytes,
+// Step `m` as one JSON object: step, loss, forward_ms, backward_ms, optimizer_ms (rank 0's), max_forward_ms,
+// max_backward_ms, max_optimizer_ms (the slowest rank's), resident_bytes,
 // peak_gathered_bytes, skipped, checkpoint (when one was committed), phases.{name}.{calls,
 // bytes_sent, bytes_recv}.
 nlohmann::ordered_json metrics_row(const StepMetrics& m);

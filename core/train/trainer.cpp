@@ -321,6 +321,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     }
     count_step_traffic(comm, stepper->communicators(), m);
     m.loss = mean_over_ranks(comm, {m.local_loss})[0];  // after the snapshot: not part of the step's traffic
+    const std::vector<double> slowest = max_over_ranks(comm, {m.forward_s, m.backward_s, m.optimizer_s});
+    m.max_forward_s = slowest[0], m.max_backward_s = slowest[1], m.max_optimizer_s = slowest[2];
     m.resident_bytes = stepper->resident_bytes();
     m.peak_gathered_bytes = stepper->peak_gathered_bytes();
     m.peak_accumulation_bytes = stepper->peak_accumulation_bytes();

@@ -83,6 +83,8 @@ struct StepMetrics {
   double loss = 0;        // mean over ranks of each rank's loss (in double, rank order)
   double local_loss = 0;  // this rank's: the mean of its micro-batches' losses (in double, in order)
   double forward_s = 0, backward_s = 0, optimizer_s = 0;  // summed over micro-batches
+  // The same of the slowest rank (each the largest over ranks): what the step waits for.
+  double max_forward_s = 0, max_backward_s = 0, max_optimizer_s = 0;
   std::array<PhaseCounters, kNumPhases> bytes{};  // this rank, this step, as the Communicator counted them
   // The same step as the backend recorded it (every collective, also any that bypassed the
   // Communicator): per phase, calls must equal bytes[p].calls.
