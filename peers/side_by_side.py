@@ -121,6 +121,7 @@ def main():
         results.append({"world_size": W, "size": size, "model": SIZES[size], "runner": runner,
                         "optimizer_ms": summary(s["opt"]), "forward_backward_ms": summary(s["fb"]), "step_ms": summary(s["step"]),
                         "peak_rss_mib": peak / 1024, "empty_process_rss_mib": base / 1024,
+                        "peak_rss_above_empty_rounds_mib": [(x - base) / 1024 for x in s["rss"]],
                         "peak_rss_above_empty_mib": (peak - base) / 1024, "collectives_per_step": s["collectives"]})
     by = {(x["world_size"], x["size"], x["runner"]): x for x in results}
     ratios = []
