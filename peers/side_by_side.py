@@ -11,7 +11,7 @@ intra-op thread. Per step it takes the slowest rank's optimizer step and forward
 step waits for); after the warm-up steps, the medians over every step of every round with the
 25th and 75th percentiles. Peak memory: ru_maxrss of the largest process of each run's tree (a
 rank; os.wait4), minus the same of an empty process of its runtime (Python: torch imported; C++:
-`mfsdp env`, libtorch loaded).
+`mfsdp env`, libtorch loaded): the largest over the rounds, each round's kept beside it.
 
 Usage: side_by_side.py --mfsdp BUILD/mfsdp --out results/cpu/peers.json [--rounds 3] [--steps 10]
 """
