@@ -592,26 +592,22 @@ at::Tensor OwnerRuntime::local_grad(const std::string& name) {
   return units_[s.unit]->local_grad(i);
 }
 
-ParamMap OwnerRuntime::gather_full_params() {
+ParamMap OwnerRuntime::gather_full(std::vector<at::Tensor> (Unit::*gather)()) {
   PhaseScope phase(comm_, Phase::other);
   ParamMap out;
   for (auto& unit : units_) {
-    std::vector<at::Tensor> full = unit->gather_masters();
+    std::vector<at::Tensor> full = ((*unit).*gather)();
     for (size_t k = 0; k < full.size(); ++k) out.emplace(plan_.shards()[unit->shards()[k]].name, std::move(full[k]));
   }
   return out;
 }
 
+ParamMap OwnerRuntime::gather_full_params() { return gather_full(&Unit::gather_masters); }
+
 ParamMap OwnerRuntime::gather_full_grads() {
   TORCH_CHECK(step_replicas().empty(),
               "gradients: under HSDP --step-mode dedup no rank group holds every reduced gradient; use --step-mode replicated");
-  PhaseScope phase(comm_, Phase::other);
-  ParamMap out;
-  for (auto& unit : units_) {
-    std::vector<at::Tensor> full = unit->gather_grads();
-    for (size_t k = 0; k < full.size(); ++k) out.emplace(plan_.shards()[unit->shards()[k]].name, std::move(full[k]));
-  }
-  return out;
+  return gather_full(&Unit::gather_grads);
 }
 
 int64_t OwnerRuntime::optimizer_state_bytes() const {

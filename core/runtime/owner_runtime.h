@@ -197,6 +197,7 @@ class OwnerRuntime {
   ParamMap unit_params(int u, const std::vector<at::Tensor>& views) const;
   void queue_final_callback();
   void track_peak();
+  ParamMap gather_full(std::vector<at::Tensor> (Unit::*gather)());  // every unit's tensors in full, by name
 
   const OwnershipPlan& plan_;
   Communicator& comm_;
