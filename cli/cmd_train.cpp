@@ -3,6 +3,7 @@
 // (core/train/metrics.h). Flags shared with verify, plan and simulate: cli/run_options.h.
 #include "cli/commands.h"
 #include "cli/run_options.h"
+#include "core/dist/launch_env.h"
 #include "core/dist/launcher.h"
 #include "core/io/checkpoint.h"
 #include "core/train/metrics.h"
@@ -62,7 +63,10 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
               "(owner, reconstruct, alltoall and ddp can)");
   TORCH_CHECK(!a.dump_grads || c.runtime.step_mode != StepMode::dedup || a.run.replicas <= 1,
               "train: --dump-grads: under --step-mode dedup no rank group holds every reduced gradient; use --step-mode replicated");
-  if (!a.dump_trajectory.empty()) check_empty_output_dir(a.dump_trajectory, "train: --dump-trajectory");
+  // Checked once, by the process that starts the ranks: a rank process started by our launcher
+  // would find the directory rank 0 has begun writing. Under torchrun or Slurm rank 0's writer
+  // checks it, and every rank fails together (train_rank).
+  if (!a.dump_trajectory.empty() && !read_launch_env()) check_empty_output_dir(a.dump_trajectory, "train: --dump-trajectory");
   check_corpus(a.data, c.seq, "train: --data");
   if (!a.resume_from.empty()) TORCH_CHECK(path_exists(a.resume_from), "train: --resume-from: '", a.resume_from, "' does not exist");
 }
@@ -115,22 +119,10 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   if (reporter) say("train: " + describe_run(config, ctx.world_size, a.device, a.backend));
   if (reporter && a.resume && config.resume_from.empty())
     say("resume: no checkpoint under " + a.checkpoint_dir + " yet; starting at step 0");
-  // The trajectory dump (docs/conformance.md): rank 0 writes every step's full state; every rank
-  // takes part in the gathers.
-  std::unique_ptr<TrajectoryWriter> dump;
-  if (reporter && !a.dump_trajectory.empty())
-    dump = std::make_unique<TrajectoryWriter>(
-        a.dump_trajectory, trajectory_header(config, ctx.world_size, "mfsdp train --placement " + a.placement));
-  if (!a.dump_trajectory.empty()) {
-    config.full_grads = a.dump_grads;
-    config.on_full_state = [&](int64_t step, const StepMetrics* m, const ParamMap& params, const ParamMap* grads) {
-      if (!dump) return;
-      TrajectoryStep s;
-      s.step = step;
-      if (m) s.loss = m->loss, s.grad_norm = m->grad_norm;
-      dump->add(s, params, grads);
-    };
-  }
+  // The trajectory dump (docs/conformance.md): rank 0 writes every step's full state.
+  const std::unique_ptr<TrajectoryWriter> dump =
+      a.dump_trajectory.empty() ? nullptr
+                                : attach_trajectory_dump(ctx, config, a.dump_trajectory, a.dump_grads, "mfsdp train --placement " + a.placement);
   auto report = [&](const StepMetrics& m) {
     if (!reporter) return;
     say(progress_line(m, a.step.steps));

@@ -1,10 +1,14 @@
 #include "harness/trajectory_dump.h"
 
+#include "core/dist/communicator.h"
+#include "core/dist/rank_agreement.h"
+#include "core/dist/ranks.h"
 #include "core/io/checkpoint.h"
 #include "core/io/safetensors.h"
 #include "core/plan/precision.h"
 #include "core/train/data.h"
 #include "core/train/trainer.h"
+#include "core/util/errors.h"
 #include "core/util/files.h"
 
 #include <c10/util/Exception.h>
@@ -108,6 +112,26 @@ void TrajectoryWriter::write_header(bool complete) {
   j["steps"] = nlohmann::json::array();
   for (const TrajectoryStep& s : steps_) j["steps"].push_back(step_json(s));
   write_file_atomic(dir_ + "/" + kTrajectoryHeaderFile, j.dump(1) + "\n");
+}
+
+std::unique_ptr<TrajectoryWriter> attach_trajectory_dump(RankContext& ctx, TrainConfig& config, const std::string& dir,
+                                                         bool grads, const std::string& producer) {
+  std::unique_ptr<TrajectoryWriter> writer;
+  std::string error;
+  if (ctx.rank == 0)
+    error = error_of([&] { writer = std::make_unique<TrajectoryWriter>(dir, trajectory_header(config, ctx.world_size, producer)); });
+  Communicator comm(ctx.backend);
+  fail_together(comm, error, "train: --dump-trajectory");
+  config.full_grads = grads;
+  TrajectoryWriter* w = writer.get();
+  config.on_full_state = [w](int64_t step, const StepMetrics* m, const ParamMap& params, const ParamMap* g) {
+    if (!w) return;
+    TrajectoryStep s;
+    s.step = step;
+    if (m) s.loss = m->loss, s.grad_norm = m->grad_norm;
+    w->add(s, params, g);
+  };
+  return writer;
 }
 
 TrajectoryDump read_trajectory(const std::string& dir) {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 namespace mfsdp {
 
 struct TrainConfig;
+struct RankContext;
 
 constexpr const char* kTrajectoryFormat = "mfsdp-trajectory";
 constexpr int kTrajectoryFormatVersion = 1;
@@ -57,6 +59,14 @@ class TrajectoryWriter {
   nlohmann::json header_;
   std::vector<TrajectoryStep> steps_;
 };
+
+// A run's dump (mfsdp train --dump-trajectory): rank 0 opens a writer for `dir` with the header of
+// `config`, every rank fails together when it cannot (a directory that holds anything, one that
+// cannot be created), and config.on_full_state feeds it every step, the state before the first
+// included (with config.full_grads when `grads`). Returns the writer on rank 0 (null elsewhere):
+// keep it for the run and finish() it after.
+std::unique_ptr<TrajectoryWriter> attach_trajectory_dump(RankContext& ctx, TrainConfig& config, const std::string& dir,
+                                                         bool grads, const std::string& producer);
 
 struct TrajectoryDump {
   std::string dir;

@@ -20,7 +20,6 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 
 namespace mfsdp {
 namespace {
@@ -309,25 +308,14 @@ void dump_run(const std::string& dir, const DumpCase& c, const std::string& plac
   config.runtime.max_norm = c.max_norm;
   apply_placement(placement_from_string(placement), config);
   if (c.replicas > 1) config.runtime.replicas = c.replicas;
-  std::mutex m;
-  std::unique_ptr<TrajectoryWriter> w;
   RanksOptions ranks;
   ranks.world_size = world_size;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     TrainConfig mine = config;
-    if (ctx.rank == 0) w = std::make_unique<TrajectoryWriter>(dir, trajectory_header(config, world_size, placement));
-    mine.full_grads = true;
-    mine.on_full_state = [&](int64_t step, const StepMetrics* metrics, const ParamMap& params, const ParamMap* grads) {
-      if (ctx.rank != 0) return;
-      TrajectoryStep s;
-      s.step = step;
-      if (metrics) s.loss = metrics->loss, s.grad_norm = metrics->grad_norm;
-      std::lock_guard<std::mutex> lock(m);
-      w->add(s, params, grads);
-    };
+    const std::unique_ptr<TrajectoryWriter> w = attach_trajectory_dump(ctx, mine, dir, /*grads=*/true, placement);
     train_placement(ctx, mine, {});
+    if (w) w->finish();
   });
-  w->finish();
 }
 
 TEST(ConformDump, TheOracleAndTheOwnerRuntimeDumpBitIdenticalTrajectories) {

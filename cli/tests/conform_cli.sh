@@ -5,7 +5,8 @@
 #  2. fast mode (native reduce, any summation order) differs in the last bits: exit 1 under exact,
 #     naming the first diverging step and tensor; within a tolerance file: exit 0 naming its entry;
 #  3. a run with another Muon learning rate: exit 2, the headers disagree, naming the field;
-#  4. a run's dump refuses a directory that holds anything, and changes nothing there.
+#  4. a run's dump refuses a directory that holds anything, and changes nothing there, also when
+#     the ranks were started by a launcher; rank processes dump what threads dump.
 set -euo pipefail
 mfsdp=$1
 work=$(mktemp -d /tmp/mfsdp_conform_XXXXXX); trap 'rm -rf "$work"' EXIT
@@ -46,4 +47,15 @@ set +e
 set -e
 [ "$code" -eq 2 ] && grep -q "is not empty" "$work/out" || fail "a dump into a used directory: exit $code"
 [ "$(ls -l "$work/owner" | md5sum)" = "$before" ] || fail "a refused dump changed the directory"
+# Rank processes: ours (the parent checks the directory once) and an external launcher's (rank 0's
+# writer checks it; every rank fails together, naming rank 0).
+"$mfsdp" train -w 3 --steps 3 --launcher processes --dump-trajectory "$work/processes" --dump-grads >"$work/out" 2>&1 ||
+  fail "a dump from rank processes: exit $?"
+"$mfsdp" conform "$work/owner" "$work/processes" >"$work/out" 2>&1 || fail "threads vs processes: exit $?"
+set +e
+"$mfsdp" launch -n 2 -- "$mfsdp" train --steps 1 --dump-trajectory "$work/owner" >"$work/out" 2>&1; code=$?
+set -e
+[ "$code" -ne 0 ] && grep -q "train: --dump-trajectory failed on rank 0: .*is not empty" "$work/out" ||
+  fail "a used dump directory under an external launcher: exit $code"
+[ "$(ls -l "$work/owner" | md5sum)" = "$before" ] || fail "a refused dump changed the directory (launched)"
 echo "conform_cli: all passed"
