@@ -2,6 +2,8 @@
 
 #include "core/util/units.h"
 
+#include <sys/resource.h>
+
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 
@@ -72,6 +74,13 @@ nlohmann::ordered_json metrics_row(const StepMetrics& m) {
   return j;
 }
 
+namespace {
+int64_t process_max_rss_kib() {
+  struct rusage u {};
+  return ::getrusage(RUSAGE_SELF, &u) == 0 ? static_cast<int64_t>(u.ru_maxrss) : 0;
+}
+}  // namespace
+
 RankSummary rank_summary(int rank, const StepMetrics& last) {
   const PhaseCounters& opt = of(last, Phase::optimizer_step);
   return {rank,
@@ -82,14 +91,15 @@ RankSummary rank_summary(int rank, const StepMetrics& last) {
           opt.calls,
           opt.bytes_sent + opt.bytes_recv,
           last.resident_bytes,
-          last.peak_gathered_bytes};
+          last.peak_gathered_bytes,
+          process_max_rss_kib()};
 }
 
 std::vector<RankSummary> gather_rank_summaries(Communicator& comm, const StepMetrics& last) {
   const RankSummary s = rank_summary(comm.rank(), last);
   const std::vector<int64_t> row{s.unshard_recv_bytes,   s.unshard_sent_bytes,   s.grad_reduce_sent_bytes,
                                  s.grad_reduce_recv_bytes, s.optimizer_step_calls, s.optimizer_step_bytes,
-                                 s.resident_bytes,       s.peak_gathered_bytes};
+                                 s.resident_bytes,       s.peak_gathered_bytes,   s.max_rss_kib};
   const int64_t n = static_cast<int64_t>(row.size());
   at::Tensor mine = at::tensor(row, at::TensorOptions().dtype(at::kLong)).to(comm.control_device());
   at::Tensor all = at::empty({comm.world_size() * n}, comm.control_options(at::kLong));
@@ -98,7 +108,7 @@ std::vector<RankSummary> gather_rank_summaries(Communicator& comm, const StepMet
   std::vector<RankSummary> out;
   for (int r = 0; r < comm.world_size(); ++r) {
     const int64_t* v = all.const_data_ptr<int64_t>() + r * n;
-    out.push_back({r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]});
+    out.push_back({r, v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]});
   }
   return out;
 }
@@ -122,7 +132,8 @@ nlohmann::ordered_json summary_row(const std::vector<RankSummary>& ranks, const 
     rows.push_back({{"rank", s.rank}, {"unshard_recv_bytes", s.unshard_recv_bytes}, {"unshard_sent_bytes", s.unshard_sent_bytes},
                     {"grad_reduce_sent_bytes", s.grad_reduce_sent_bytes}, {"grad_reduce_recv_bytes", s.grad_reduce_recv_bytes},
                     {"optimizer_step_calls", s.optimizer_step_calls}, {"optimizer_step_bytes", s.optimizer_step_bytes},
-                    {"resident_bytes", s.resident_bytes}, {"peak_gathered_bytes", s.peak_gathered_bytes}});
+                    {"resident_bytes", s.resident_bytes}, {"peak_gathered_bytes", s.peak_gathered_bytes},
+                    {"ru_maxrss_kib", s.max_rss_kib}});
   }
   nlohmann::ordered_json precision{{"param_dtype", short_dtype_name(pp.param_dtype)},
                                    {"reduce_dtype", short_dtype_name(pp.reduce_dtype)},

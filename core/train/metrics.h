@@ -38,6 +38,9 @@ struct RankSummary {
   int64_t grad_reduce_sent_bytes = 0, grad_reduce_recv_bytes = 0;
   int64_t optimizer_step_calls = 0, optimizer_step_bytes = 0;  // bytes: sent + received
   int64_t resident_bytes = 0, peak_gathered_bytes = 0;
+  // The rank's process peak resident set so far (getrusage's ru_maxrss, KiB): thread ranks share
+  // one process and report the same. docs/peers.md subtracts an empty process from it.
+  int64_t max_rss_kib = 0;
 };
 RankSummary rank_summary(int rank, const StepMetrics& last);
 
