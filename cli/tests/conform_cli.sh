@@ -58,4 +58,10 @@ set -e
 [ "$code" -ne 0 ] && grep -q "train: --dump-trajectory failed on rank 0: .*is not empty" "$work/out" ||
   fail "a used dump directory under an external launcher: exit $code"
 [ "$(ls -l "$work/owner" | md5sum)" = "$before" ] || fail "a refused dump changed the directory (launched)"
+# The report never lands inside a dump.
+set +e
+"$mfsdp" conform "$work/oracle" "$work/owner" --json "$work/owner/../owner/trajectory.json" >"$work/out" 2>&1; code=$?
+set -e
+[ "$code" -eq 2 ] && grep -q "is inside the dump" "$work/out" || fail "--json inside a dump: exit $code"
+[ "$(ls -l "$work/owner" | md5sum)" = "$before" ] || fail "--json inside a dump changed it"
 echo "conform_cli: all passed"
