@@ -18,6 +18,12 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
                                        : "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", o.tail_policy, "even | owner");
   cmd->add_option("--optimizer", o.optimizer, "muon | shampoo | soap | adamw (matrix optimizer; the rest uses AdamW)");
+  cmd->add_option("--ns-variant", o.ns_variant,
+                  "Muon's Newton-Schulz variant, each pinned to its source (docs/optimizers.md): " + ns_variant_names() +
+                      " (default torch)");
+  cmd->add_option("--ns-steps", o.ns_steps,
+                  "Muon's Newton-Schulz iterations (default 5), for a variant without a fixed table")
+      ->check(CLI::Range(1, 100));
   cmd->add_option("--replicas", o.replicas, "HSDP: R replica groups of W/R ranks (-w counts all ranks; the plan is made for W/R)")
       ->check(CLI::Range(1, 1 << 16));
   add_enum_option(cmd, "--step-mode", o.step_mode, kStepModeNames,
@@ -66,12 +72,26 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
         ->needs(experts);
 }
 
+void apply_ns_options(const RunOptions& o, OptimizerKind optimizer, MuonOptions& muon) {
+  if (!o.ns_variant && !o.ns_steps) return;
+  TORCH_CHECK(optimizer == OptimizerKind::muon, o.ns_variant ? "--ns-variant" : "--ns-steps",
+              " sets Muon's Newton-Schulz iterations, but the matrix optimizer is ", to_string(optimizer));
+  if (o.ns_variant) muon.ns_variant = ns_variant_from_string(*o.ns_variant);
+  const NsVariantInfo& v = ns_variant_info(muon.ns_variant);
+  TORCH_CHECK(!(o.ns_steps && v.fixed_steps > 0), "--ns-steps cannot be given with --ns-variant ", v.name, ": its table pins ",
+              v.fixed_steps, " steps");
+  muon.ns_steps = o.ns_steps ? *o.ns_steps : ns_steps_of(v, muon.ns_steps);
+}
+
 PlannerOptions planner_options(const RunOptions& o) {
   PlannerOptions p;
   p.planner = planner_kind_from_string(o.planner);
   p.tail_policy = tail_policy_from_string(o.tail_policy);
   p.optimizer = optimizer_kind_from_string(o.optimizer);
   p.expert_ranges = o.moe.expert_ranges;
+  OptimizerOptions priced = training_defaults();  // the cost model prices the Newton–Schulz variant run
+  apply_ns_options(o, p.optimizer, priced.muon);
+  p.cost = OptimizerCostConfig(priced);
   return p;
 }
 
@@ -104,6 +124,7 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
   c.planner = planner_options(o);
   TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "--planner explicit is for mfsdp plan and tests");
   set_optimizer(c, c.planner.optimizer);
+  apply_ns_options(o, c.runtime.optimizer, c.runtime.muon);
   c.runtime.muon.batched_ns = o.moe.batched_ns;
   c.runtime.precision = precision_policy(o, c.model.dtype);
   mesh_shape(world_size, o.replicas);  // throws unless R divides W

@@ -9,6 +9,8 @@
 //   --fast                                  the fast mode of the determinism contract: the native
 //                                           reduce (any summation order) and, where ranks run, the
 //                                           libraries' thread pools; judged by a tolerance model
+//   --ns-variant, --ns-steps                Muon's Newton–Schulz variant and its iterations (a
+//                                           variant with a fixed table pins them)
 //   --prefetch                              overlap: two units gathered at once (the next unit's
 //                                           unshard, in backward the previous unit's revive, issued
 //                                           while this one computes)
@@ -49,6 +51,8 @@ struct RunOptions {
   bool fast = false;
   bool prefetch = false;
   bool activation_checkpointing = false;  // recompute each block in backward (docs/recompute.md)
+  std::optional<std::string> ns_variant;  // Muon's Newton–Schulz variant (core/plan/ns_variant.h); unset: torch
+  std::optional<int> ns_steps;            // its iterations, for a variant without a fixed table
   int units_gathered() const { return prefetch ? 2 : 1; }
 };
 
@@ -110,14 +114,18 @@ TransformerConfig trainable_model_config(int layers, int hidden, int heads, int 
 // process was launched as a rank, else `world_size` (-w).
 int launched_world_size(int world_size);
 
-// The planner's options (planner, tail policy, optimizer, expert ranges); throws naming a bad value.
+// The planner's options (planner, tail policy, optimizer, expert ranges; the cost model priced with
+// the Newton–Schulz variant and steps); throws naming a bad value.
 PlannerOptions planner_options(const RunOptions& o);
 // The precision policy over the masters; none given: every copy in `model_dtype`, nothing cast.
 PrecisionPolicy precision_policy(const RunOptions& o, c10::ScalarType model_dtype);
 // The model's MoE fields (only with --experts) and its tied embedding.
 void apply_model_options(const RunOptions& o, TransformerConfig& model);
-// Everything above into a training configuration: model, planner, runtime (optimizer once,
-// precision, mesh, reduce mode, prefetch, Muon's batched mode). The mesh is checked against
+// --ns-variant and --ns-steps into Muon's options; throws naming both flags when a variant with a
+// fixed table is given --ns-steps, or either flag with another matrix optimizer.
+void apply_ns_options(const RunOptions& o, OptimizerKind optimizer, MuonOptions& muon);
+// Everything above into a training configuration: model, planner, runtime (optimizer once, precision, mesh, reduce mode, prefetch, Muon's
+// Newton–Schulz variant, steps and batched mode). The mesh is checked against
 // `world_size` (R must divide it). Throws naming the first bad value.
 void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c);
 

@@ -324,7 +324,8 @@ void price_sharded_newton_schulz(const SimConfig& c, const ModelSpec& spec, cons
     if (!matrix_kind(p.kind) || p.shape.size() != 2) continue;
     const int64_t m = std::min(p.shape[0], p.shape[1]), n = std::max(p.shape[0], p.shape[1]);
     price(st, CollectiveKind::allreduce, 4, world, hw);
-    for (int it = 0; it < c.train.runtime.muon.ns_steps; ++it) {
+    const MuonOptions& mo = c.train.runtime.muon;
+    for (int it = 0; it < ns_steps_of(ns_variant_info(mo.ns_variant), mo.ns_steps); ++it) {
       price(st, CollectiveKind::allgather, m * n * 2, world, hw);
       price(st, CollectiveKind::allgather, m * m * 2, world, hw);
     }

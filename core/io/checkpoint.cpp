@@ -81,6 +81,11 @@ nlohmann::json optimizers_to_json(const RuntimeOptions& o) {
                       {"nesterov", o.muon.nesterov}, {"ns_coefficients", {o.muon.ns_a, o.muon.ns_b, o.muon.ns_c}},
                       {"eps", o.muon.eps}, {"ns_steps", o.muon.ns_steps}, {"adjust_lr_fn", to_string(o.muon.adjust_lr)}};
   if (o.muon.batched_ns) muon["batched_ns"] = true;  // absent otherwise: earlier checkpoints compare equal
+  if (o.muon.ns_variant != NsVariant::torch) {       // likewise; resuming under another variant is refused
+    const NsVariantInfo& v = ns_variant_info(o.muon.ns_variant);
+    muon["ns_variant"] = v.name;
+    muon["ns_variant_source"] = v.source;
+  }
   return {
       {"matrix", to_string(o.optimizer)},
       {"other", "adamw"},

@@ -1,50 +1,16 @@
-// The matrix functions the optimizers share: Newton–Schulz (2-D and batched), the inverse root,
-// Muon's learning-rate adjustment.
+// The matrix functions the optimizers share: the inverse root, Muon's learning-rate adjustment
+// (Newton–Schulz: newton_schulz.cpp).
 #include "core/optim/optim.h"
 #include "core/optim/optimizer_state.h"
 
-#include <ATen/ops/addmm.h>
-#include <ATen/ops/baddbmm.h>
-#include <ATen/ops/bmm.h>
 #include <ATen/ops/eye.h>
 #include <ATen/ops/linalg_eigh.h>
-#include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/TensorOperators.h>
 
 namespace mfsdp {
 
 using namespace optim_detail;
-
-at::Tensor newton_schulz(const at::Tensor& grad, const MuonOptions& o) {
-  TORCH_CHECK(grad.dim() == 2, "muon: Newton–Schulz needs a 2-D tensor, got ", grad.dim(), "-D");
-  at::Tensor x = grad.to(at::kBFloat16);
-  const bool tall = grad.size(0) > grad.size(1);
-  if (tall) x = x.t();
-  x.div_(at::linalg_vector_norm(x, 2).clamp_min(o.eps));
-  for (int i = 0; i < o.ns_steps; ++i) {
-    at::Tensor gram = at::mm(x, x.t());
-    at::Tensor update = at::addmm(gram, gram, gram, /*beta=*/o.ns_b, /*alpha=*/o.ns_c);
-    x = at::addmm(x, update, x, /*beta=*/o.ns_a);
-  }
-  if (tall) x = x.t();
-  return x;
-}
-
-at::Tensor newton_schulz_batched(const at::Tensor& grad, const MuonOptions& o) {
-  TORCH_CHECK(grad.dim() == 3, "muon: batched Newton–Schulz needs a 3-D tensor [n, out, in], got ", grad.dim(), "-D");
-  at::Tensor x = grad.to(at::kBFloat16);
-  const bool tall = grad.size(1) > grad.size(2);
-  if (tall) x = x.transpose(1, 2);
-  x.div_(at::linalg_vector_norm(x, 2, at::IntArrayRef{1, 2}, /*keepdim=*/true).clamp_min(o.eps));
-  for (int i = 0; i < o.ns_steps; ++i) {
-    at::Tensor gram = at::bmm(x, x.transpose(1, 2));
-    at::Tensor update = at::baddbmm(gram, gram, gram, /*beta=*/o.ns_b, /*alpha=*/o.ns_c);
-    x = at::baddbmm(x, update, x, /*beta=*/o.ns_a);
-  }
-  if (tall) x = x.transpose(1, 2);
-  return x.contiguous();
-}
 
 double muon_adjusted_lr(double lr, MuonLrAdjustment adjustment, int64_t rows, int64_t cols) {
   const double a = static_cast<double>(rows), b = static_cast<double>(cols);

@@ -75,6 +75,9 @@ void validate(const MuonOptions& o) {
   check_finite("muon", "ns_a", o.ns_a), check_finite("muon", "ns_b", o.ns_b), check_finite("muon", "ns_c", o.ns_c);
   check_nonnegative("muon", "eps", o.eps);
   TORCH_CHECK(o.ns_steps >= 0, "muon: ns_steps must be >= 0, got ", o.ns_steps);
+  const NsVariantInfo& v = ns_variant_info(o.ns_variant);
+  TORCH_CHECK(v.fixed_steps == 0 || o.ns_steps == v.fixed_steps, "muon: the Newton-Schulz variant ", v.name, " pins ",
+              v.fixed_steps, " steps (its table), got ns_steps ", o.ns_steps);
 }
 
 }  // namespace mfsdp

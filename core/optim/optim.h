@@ -18,13 +18,14 @@ namespace mfsdp {
 // eigendecomposition in float64 (eigenvalues clamped below at epsilon), returned in A's dtype.
 at::Tensor matrix_inverse_root(const at::Tensor& a, int root, double epsilon);
 
-// Newton–Schulz orthogonalisation exactly as torch.optim.Muon spells it (bfloat16, transpose when
-// rows > cols, Frobenius norm clamped at eps, addmm updates).
-at::Tensor newton_schulz(const at::Tensor& grad, const MuonOptions& o);
-
-// The same per slice of a 3-D tensor [n, out, in] with one batched chain (bmm, baddbmm): equal to
-// newton_schulz of each slice up to the batched kernels' rounding (not bitwise; bench_experts).
-at::Tensor newton_schulz_batched(const at::Tensor& grad, const MuonOptions& o);
+// Newton–Schulz orthogonalisation in MuonOptions::ns_variant (core/plan/ns_variant.h), each variant
+// as its source spells it; the default is torch.optim.Muon's (bfloat16, transpose when rows > cols,
+// Frobenius norm clamped at eps, addmm updates). On a 3-D stack [n, out, in], one batched chain
+// (bmm, baddbmm): equal to the 2-D one per slice up to the batched kernels' rounding (not bitwise;
+// bench_experts). The result is in the variant's dtype (bf16, fp16 for Gram).
+at::Tensor orthogonalize(const at::Tensor& grad, const MuonOptions& o);
+at::Tensor newton_schulz(const at::Tensor& grad, const MuonOptions& o);          // 2-D only
+at::Tensor newton_schulz_batched(const at::Tensor& grad, const MuonOptions& o);  // 3-D only
 
 // The learning rate Muon applies for a parameter of full shape rows x cols.
 double muon_adjusted_lr(double lr, MuonLrAdjustment adjustment, int64_t rows, int64_t cols);

@@ -4,6 +4,8 @@
 // is the one set of training hyperparameters that train, verify, bench and the cost model share.
 #pragma once
 
+#include "core/plan/ns_variant.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -28,9 +30,12 @@ struct MuonOptions {
   double weight_decay = 0.1;
   double momentum = 0.95;
   bool nesterov = true;
-  double ns_a = 3.4445, ns_b = -4.7750, ns_c = 2.0315;
-  double eps = 1e-7;
-  int ns_steps = 5;
+  double ns_a = 3.4445, ns_b = -4.7750, ns_c = 2.0315;  // the torch variant's triple
+  double eps = 1e-7;                                    // the torch variant's normalisation floor
+  int ns_steps = 5;  // a variant with a fixed table pins it (ns_variant_info(v).fixed_steps)
+  // The Newton–Schulz variant (core/plan/ns_variant.h): its coefficients, normalisation, dtype and
+  // spelling; torch.optim.Muon's by default.
+  NsVariant ns_variant = NsVariant::torch;
   MuonLrAdjustment adjust_lr = MuonLrAdjustment::original;
   // Expert tensors [n, out, in]: one batched Newton–Schulz chain (bmm/baddbmm over the n slices)
   // instead of n per-slice chains. Not bitwise the per-slice mode (batched kernels block the

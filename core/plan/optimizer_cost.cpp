@@ -33,8 +33,7 @@ double optimizer_step_cost(OptimizerKind kind, int64_t rows, int64_t cols, const
       return m * n;
     case OptimizerKind::muon: {
       check_matrix(kind, rows, cols);
-      const double s = std::min(m, n), l = std::max(m, n);
-      return c.ns_steps * s * s * (2 * l + s) + m * n;
+      return ns_multiply_adds(ns_variant_info(c.ns_variant), c.ns_steps, rows, cols) + m * n;
     }
     case OptimizerKind::shampoo: {
       check_matrix(kind, rows, cols);

@@ -12,7 +12,8 @@ namespace mfsdp {
 // The hyperparameters the cost model reads, taken from the optimizers' own configuration (by
 // default the training defaults), so the planner costs what the step runs.
 struct OptimizerCostConfig {
-  int ns_steps;                             // Muon Newton–Schulz iterations
+  int ns_steps;                             // Muon Newton–Schulz iterations (ns_steps_of)
+  NsVariant ns_variant;                     // and their variant (ns_multiply_adds)
   int64_t shampoo_max_preconditioner_dim;   // Shampoo blocks larger dimensions
   int shampoo_precondition_frequency;       // root inverses recomputed every this many steps
   bool shampoo_adam_grafting;               // one extra second-moment buffer
@@ -21,7 +22,8 @@ struct OptimizerCostConfig {
 
   OptimizerCostConfig() : OptimizerCostConfig(training_defaults()) {}
   explicit OptimizerCostConfig(const OptimizerOptions& o)
-      : ns_steps(o.muon.ns_steps),
+      : ns_steps(ns_steps_of(ns_variant_info(o.muon.ns_variant), o.muon.ns_steps)),
+        ns_variant(o.muon.ns_variant),
         shampoo_max_preconditioner_dim(o.shampoo.max_preconditioner_dim),
         shampoo_precondition_frequency(o.shampoo.precondition_frequency),
         shampoo_adam_grafting(o.shampoo.adam_grafting),
@@ -31,7 +33,8 @@ struct OptimizerCostConfig {
 
 // Multiply-adds per optimizer step for one whole 2-D tensor of shape rows x cols (matrix
 // optimizers), with periodic work (roots, eigenbases) amortised over its interval:
-//   Muon     ns_steps * s^2 * (2l + s) + rows * cols        (s short side, l long side; + the momentum)
+//   Muon     ns_multiply_adds + rows * cols                 (+ the momentum; the default variant:
+//            ns_steps * s^2 * (2l + s), s the short side, l the long one)
 //   Shampoo  per block m x n: 2(m^2 n + m n^2) + (m^3 + n^3) / frequency
 //   SOAP     3(m^2 n + m n^2) + (m^3 + n^3) / frequency      (sides > max dim are identity)
 //   AdamW    rows * cols (elementwise)
