@@ -63,7 +63,7 @@ void report(const VerifyArgs& a, const TrainConfig& config, int world_size, cons
   }
   const RuntimeOptions& r = config.runtime;
   std::printf("verify: placement %s (planner %s, tail %s) vs DDP full-matrix oracle, %s, precision %s, W=%d%s, %d steps\n",
-              a.placement.c_str(), a.run.planner.c_str(), a.run.tail_policy.c_str(), a.run.optimizer.c_str(),
+              a.placement.c_str(), a.run.planner.c_str(), a.run.tail_policy.c_str(), describe_optimizer(r).c_str(),
               to_string(r.precision).c_str(), world_size,
               r.replicas > 1 ? (" = " + std::to_string(r.replicas) + " replicas x " + std::to_string(world_size / r.replicas) + " (" +
                                 to_string(r.step_mode) + " step)").c_str()

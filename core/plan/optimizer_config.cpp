@@ -37,4 +37,12 @@ OptimizerOptions training_defaults() {
   return o;
 }
 
+std::string describe_optimizer(const OptimizerOptions& o) {
+  std::string out = to_string(o.optimizer);
+  const MuonOptions d;
+  if (o.optimizer == OptimizerKind::muon && (o.muon.ns_variant != d.ns_variant || o.muon.ns_steps != d.ns_steps))
+    out += std::string(" (Newton-Schulz ") + to_string(o.muon.ns_variant) + ", " + std::to_string(o.muon.ns_steps) + " steps)";
+  return out;
+}
+
 }  // namespace mfsdp

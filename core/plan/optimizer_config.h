@@ -102,4 +102,8 @@ struct OptimizerOptions {
 // preconditioners refreshed every 10 steps; everything else as the structs above.
 OptimizerOptions training_defaults();
 
+// The matrix optimizer as run headers name it: "muon", or with a Newton–Schulz variant or step count
+// other than the default, "muon (Newton-Schulz polar-express-5, 5 steps)".
+std::string describe_optimizer(const OptimizerOptions& o);
+
 }  // namespace mfsdp

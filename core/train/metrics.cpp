@@ -30,7 +30,7 @@ std::string describe_run(const TrainConfig& c, int world_size, const std::string
   return format("placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
                 "precision %s over fp32 masters,%s %d steps of %lld x %lld tokens per rank%s%s",
                 to_string(c.placement), world_size, device.c_str(), backend.c_str(), to_string(c.planner.planner),
-                to_string(c.planner.tail_policy), to_string(r.optimizer), to_string(r.reduce), r.prefetch ? ", prefetch" : "",
+                to_string(c.planner.tail_policy), describe_optimizer(r).c_str(), to_string(r.reduce), r.prefetch ? ", prefetch" : "",
                 to_string(r.precision).c_str(), mesh.c_str(), c.steps, static_cast<long long>(c.grad_accum * c.batch),
                 static_cast<long long>(c.seq), accumulation.c_str(), clipping.c_str());
 }
