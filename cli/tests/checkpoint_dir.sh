@@ -59,7 +59,9 @@ if run --steps 6 --checkpoint-dir "$ck" --resume --weight-decay 0.5; then fail "
 grep -q "optimizer muon.weight_decay was 0.1, is 0.5" "$work/out" || { cat "$work/out"; fail "weight decay"; }
 run --steps 6 --checkpoint-dir "$ck" --resume --lr 0.01 || { cat "$work/out"; fail "lr"; }
 grep -q "warning: optimizer muon.lr was 0.02, is 0.01 (allowed" "$work/out" || { cat "$work/out"; fail "lr warning"; }
-echo "ok: heads and weight decay refused on resume, lr allowed with a warning"
+if run --steps 6 --checkpoint-dir "$ck" --resume --ns-variant polar-express-5; then fail "another Newton-Schulz variant was accepted"; fi
+grep -q 'optimizer muon.ns_variant was (absent), is "polar-express-5"' "$work/out" || { cat "$work/out"; fail "ns variant"; }
+echo "ok: heads, weight decay and the Newton-Schulz variant refused on resume, lr allowed with a warning"
 
 # 3. A dangling latest: an error listing the committed steps.
 printf 'step_00000099\n' >"$ck/latest"
