@@ -81,6 +81,7 @@ int run_simulate(const SimulateArgs& a) {
     for (const std::string& p : a.placements) placement_from_string(p);
     for (int W : a.world_sizes) mesh_shape(W, a.run.replicas);
     lr_schedule_of(a.schedule);
+    planner_options(a.run);  // the Newton–Schulz flags
   } catch (const c10::Error& e) {
     throw UsageError(std::string("simulate: ") + e.what_without_backtrace());
   }
