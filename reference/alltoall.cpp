@@ -50,8 +50,10 @@ class AlltoallMuonStep final : public EvenMatrixStep {
       else out_rows = in_rows;
 
       // The assigned matrix, whole (rows in rank order are rows in order), orthogonalised once.
-      // Updates travel in Newton–Schulz's output dtype (bf16), as the optimizer produces them.
-      const at::TensorOptions update_opts = opts.dtype(at::kBFloat16);
+      // Updates travel in Newton–Schulz's output dtype (bf16; fp16 for the Gram variants), as the
+      // optimizer produces them.
+      const at::ScalarType update_dtype = ns_variant_info(o.ns_variant).dtype == NsDtype::fp16 ? at::kHalf : at::kBFloat16;
+      const at::TensorOptions update_opts = opts.dtype(update_dtype);
       at::Tensor back_in = at::empty({0}, update_opts);
       if (mine) {
         at::Tensor full = at::empty(mine->shape, opts);
@@ -63,7 +65,7 @@ class AlltoallMuonStep final : public EvenMatrixStep {
           cursor += recv[r];
         }
         back_in = newton_schulz(full, o).contiguous().view({-1});  // rank r's rows are contiguous, in rank order
-        TORCH_INTERNAL_ASSERT(back_in.scalar_type() == at::kBFloat16, "Newton–Schulz output is not bf16");
+        TORCH_INTERNAL_ASSERT(back_in.scalar_type() == update_dtype, "Newton–Schulz output is not ", update_dtype);
       }
       at::Tensor back_out = at::empty({std::accumulate(send.begin(), send.end(), int64_t{0})}, update_opts);
       if (W > 1) rt.comm().alltoall(back_out, back_in, send, recv)->wait();

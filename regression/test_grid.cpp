@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -28,7 +29,7 @@ constexpr int kSteps = 12;  // Shampoo and SOAP refresh every 5 steps: 3 refresh
 struct Row {
   int id = 0, W = 1;
   std::string mesh, step_mode, optimizer, precision, reduce, placement, planner, tail, prefetch, mlp, tied, experts,
-      batched_ns, grad_reduce, clip, recompute, schedule, resume;
+      batched_ns, ns_variant, grad_reduce, clip, recompute, schedule, resume;
   int expert_ranges = 0, grad_accum = 1;
 };
 
@@ -45,6 +46,7 @@ std::vector<Row> load_rows() {
     r.precision = j.at("precision"), r.reduce = j.at("reduce"), r.placement = j.at("placement");
     r.planner = j.at("planner"), r.tail = j.at("tail"), r.prefetch = j.at("prefetch"), r.mlp = j.at("mlp");
     r.tied = j.at("tied"), r.experts = j.at("experts"), r.batched_ns = j.at("batched_ns");
+    r.ns_variant = j.at("ns_variant");
     r.expert_ranges = j.at("expert_ranges");
     r.grad_accum = j.at("grad_accum"), r.grad_reduce = j.at("grad_reduce");
     r.clip = j.at("clip");
@@ -81,6 +83,8 @@ TrainConfig config_for(const Row& r) {
   }
   c.planner.expert_ranges = r.expert_ranges;
   c.runtime.muon.batched_ns = r.batched_ns == "on";
+  c.runtime.muon.ns_variant = ns_variant_from_string(r.ns_variant);
+  c.runtime.muon.ns_steps = ns_steps_of(ns_variant_info(c.runtime.muon.ns_variant), c.runtime.muon.ns_steps);
   c.planner.tail_policy = tail_policy_from_string(r.tail);
   if (r.planner == "explicit") {
     c.planner.planner = PlannerKind::explicit_assignment;
@@ -122,6 +126,11 @@ std::string row_name(const ::testing::TestParamInfo<Row>& info) {
   if (r.precision == "bf16") n += r.reduce == "bf16" ? "_bf16_reduce_bf16" : "_bf16";
   if (r.experts != "none") n += "_" + r.experts;
   if (r.tied == "yes") n += "_tied";
+  if (r.ns_variant != "torch") {  // gtest names take no '-'
+    std::string v = r.ns_variant;
+    std::replace(v.begin(), v.end(), '-', '_');
+    n += "_ns_" + v;
+  }
   if (r.grad_accum > 1) n += "_K" + std::to_string(r.grad_accum) + (r.grad_reduce == "deferred" ? "_deferred" : "_per_microbatch");
   if (r.clip == "on") n += "_clip";
   if (r.recompute == "on") n += "_recompute";
@@ -195,11 +204,11 @@ TEST_P(GridRow, BitMatchesTheOracle) {
   for (const auto& f : failures) ADD_FAILURE() << "row " << r.id << ": " << f;
   if (failures.empty())
     std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, mlp %s, tied %s, experts %s "
-                "ranges %d, batched NS %s, %d micro-batch(es) %s, clip %s, recompute %s, schedule %s, resume %s): %d steps "
+                "ranges %d, batched NS %s, NS variant %s, %d micro-batch(es) %s, clip %s, recompute %s, schedule %s, resume %s): %d steps "
                 "bit-identical to the oracle\n",
                 r.id, r.W, r.placement.c_str(), r.optimizer.c_str(), r.mesh.c_str(), r.step_mode.c_str(), r.precision.c_str(),
                 r.reduce.c_str(), r.planner.c_str(), r.tail.c_str(), r.prefetch.c_str(), r.mlp.c_str(), r.tied.c_str(),
-                r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), r.grad_accum, r.grad_reduce.c_str(), r.clip.c_str(),
+                r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), r.ns_variant.c_str(), r.grad_accum, r.grad_reduce.c_str(), r.clip.c_str(),
                 r.recompute.c_str(), r.schedule.c_str(), r.resume.c_str(), config.steps);
 }
 

@@ -35,6 +35,10 @@ SEED = 20261204
 # is not what the row is about). A new capability enters here, as a factor or a value.
 FACTORS_DIFFERENTIAL = OrderedDict([
     ("W", [3, 1, 2, 4, 5, 6, 7, 8]),
+    ("ns_variant", ["torch", "simple-eo", "cubic5-eo", "polar-express-5", "polar-express-paper",
+                    "polar-express-pyopt", "polar-express-safer-pyopt", "polar-express-eo", "aol",
+                    "deepseek-v4", "gram-pyopt", "gram-dao"]),  # Muon's Newton-Schulz (second: the generator
+                                                                # then needs 157 rows, 201 with it last)
     ("mesh", ["flat", "r2", "s2", "rW"]),          # HSDP: R=2 / S=2 / R=W (S=1) replica groups
     ("step_mode", ["replicated", "dedup"]),
     ("optimizer", ["muon", "adamw", "shampoo", "soap"]),
@@ -68,6 +72,7 @@ SUB_MODELS_DIFFERENTIAL = [
     ("clip", "placement", "experts"),               # gathered split parameters: even baselines, expert ranges
     ("recompute", "placement", "precision"),        # the revived buffer under every layout and dtype
     ("schedule", "resume", "W"),                    # the schedule's t and decay across a checkpoint
+    ("ns_variant", "optimizer", "precision"),       # every Newton-Schulz variant under each dtype
 ]
 
 
@@ -108,6 +113,8 @@ def feasible_differential(row):
         return False
     if has("placement", "batched_ns") and g("batched_ns") == "on" and g("placement") != "owner":
         return False
+    if has("optimizer", "ns_variant") and g("ns_variant") != "torch" and g("optimizer") != "muon":
+        return False                                # a Newton-Schulz variant is Muon's
     if has("grad_accum", "grad_reduce") and g("grad_accum") == 1 and g("grad_reduce") != "per_microbatch":
         return False                                # one micro-batch: the two orders are one
     if has("placement", "recompute") and g("placement") in ("zero1", "ddp") and g("recompute") == "on":
