@@ -58,6 +58,13 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   config.seed = *rc::gen::inRange<uint64_t>(0, 1000);
   set_optimizer(config, *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw));
   config.runtime.muon.lr = 0.02;
+  // Muon: any Newton–Schulz variant; one without a fixed table runs 1 to 6 steps.
+  {
+    MuonOptions& m = config.runtime.muon;
+    m.ns_variant = ns_variants()[*rc::gen::inRange<size_t>(0, ns_variants().size())].id;
+    const NsVariantInfo& v = ns_variant_info(m.ns_variant);
+    m.ns_steps = v.fixed_steps > 0 ? v.fixed_steps : *rc::gen::inRange(1, 7);
+  }
   const int W = *rc::gen::inRange(1, 9);
   // Sometimes an HSDP mesh: R replica groups of S = W / R ranks (the plan is made for S).
   std::vector<int> divisors;
@@ -84,6 +91,8 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
     config.planner.explicit_owners.clear();
   }
   apply_placement(placement, config);
+  // The owner runtime's experts sometimes take one batched Newton–Schulz chain per expert tensor.
+  config.runtime.muon.batched_ns = placement == Placement::owner && config.model.experts > 0 && *rc::gen::arbitrary<bool>();
   config.runtime.prefetch = *rc::gen::arbitrary<bool>();
   // Precision: float32, or bf16 compute copies of float32 masters reduced in float32 or bf16.
   if (*rc::gen::arbitrary<bool>()) {
@@ -114,7 +123,8 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   }
   // The drawn case in words (RapidCheck prints these with a failure; <???> alone says nothing).
   RC_LOG() << "W " << W << " = " << R << " x " << S << " " << to_string(config.runtime.step_mode) << ", "
-           << to_string(config.placement) << ", " << to_string(config.runtime.optimizer) << ", tail "
+           << to_string(config.placement) << ", " << describe_optimizer(config.runtime)
+           << (config.runtime.muon.batched_ns ? " batched" : "") << ", tail "
            << to_string(config.planner.tail_policy) << ", expert_ranges " << config.planner.expert_ranges
            << (all_on_one ? ", every item on rank " + std::to_string(one) : std::string(", owners drawn"))
            << ", prefetch " << config.runtime.prefetch << ", precision " << to_string(config.runtime.precision)
