@@ -161,6 +161,11 @@ std::string golden_file(const TrainConfig& c, int W) {
     step += kind + "_";
   }
   if (c.runtime.activation_checkpointing) step += "recompute_";
+  if (c.runtime.muon.ns_variant != NsVariant::torch) {
+    std::string v = to_string(c.runtime.muon.ns_variant);
+    std::replace(v.begin(), v.end(), '-', '_');
+    step += "ns_" + v + "_";
+  }
   return std::string("tiny_") + (c.model.tie_embeddings ? "tied_" : "") + (c.model.experts > 0 ? "moe_" : "") + step + mesh + "_" +
          to_string(c.runtime.optimizer) + (c.runtime.precision.param_dtype == c10::kBFloat16 ? "_bf16" : "") + ".json";
 }
@@ -269,6 +274,10 @@ void check_golden(int W, const TrainConfig& config) {
       j["lr_schedule"].erase("steps_taken");
     }
     if (config.runtime.activation_checkpointing) j["activation_checkpointing"] = true;
+    if (config.runtime.muon.ns_variant != NsVariant::torch) {
+      const NsVariantInfo& v = ns_variant_info(config.runtime.muon.ns_variant);
+      j["ns_variant"] = v.name, j["ns_variant_source"] = v.source, j["ns_steps"] = config.runtime.muon.ns_steps;
+    }
     const std::string dir = path.substr(0, path.rfind('/'));
     ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0755);
     ::mkdir(dir.c_str(), 0755);
@@ -283,7 +292,7 @@ void check_golden(int W, const TrainConfig& config) {
   // A family made on some platforms only (accumulation and clipping: the AVX2 set so far) has
   // nothing to compare with elsewhere: said, not failed.
   if (!path_exists(read_path) && (config.grad_accum > 1 || config.runtime.max_norm > 0 || scheduled(config.lr_schedule) ||
-                                  config.runtime.activation_checkpointing))
+                                  config.runtime.activation_checkpointing || config.runtime.muon.ns_variant != NsVariant::torch))
     GTEST_SKIP() << file << " has not been made on any platform like this one (" << fingerprint().dump()
                  << "); make it here with: " << kRegenerate;
   ASSERT_TRUE(path_exists(read_path)) << "no golden file " << path << "; generate it with: " << kRegenerate;
@@ -301,6 +310,8 @@ void check_golden(int W, const TrainConfig& config) {
     ASSERT_FALSE(g.contains("lr_schedule")) << read_path;
   }
   ASSERT_EQ(g.value("activation_checkpointing", false), config.runtime.activation_checkpointing) << read_path;
+  ASSERT_EQ(g.value("ns_variant", std::string("torch")), to_string(config.runtime.muon.ns_variant)) << read_path;
+  if (g.contains("ns_steps")) ASSERT_EQ(g.at("ns_steps").get<int>(), config.runtime.muon.ns_steps) << read_path;
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);
   // Made before the precision record: float32 throughout.
   ASSERT_EQ(g.contains("precision") ? nlohmann::json(g.at("precision")) : precision_to_json(PrecisionPolicy{}),
@@ -462,6 +473,31 @@ INSTANTIATE_TEST_SUITE_P(Tiny, ScheduleRecomputeGolden,
                            std::string kind = to_string(std::get<0>(info.param));
                            std::replace(kind.begin(), kind.end(), '-', '_');
                            return "W5_" + kind + "_recompute_" + to_string(std::get<1>(info.param));
+                         });
+
+// Each Newton–Schulz variant but the default (the files above) at W = 3: Muon with its table, its
+// normalisation, dtype and spelling, 30 steps.
+class NsVariantGolden : public ::testing::TestWithParam<NsVariant> {};
+
+TEST_P(NsVariantGolden, TrajectoryMatchesTheStoredOne) {
+  TrainConfig c = golden_config(3, OptimizerKind::muon, c10::kFloat);
+  c.runtime.muon.ns_variant = GetParam();
+  c.runtime.muon.ns_steps = ns_steps_of(ns_variant_info(GetParam()), c.runtime.muon.ns_steps);
+  check_golden(3, c);
+}
+
+std::vector<NsVariant> non_default_ns_variants() {
+  std::vector<NsVariant> out;
+  for (const NsVariantInfo& v : ns_variants())
+    if (v.id != NsVariant::torch) out.push_back(v.id);
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, NsVariantGolden, ::testing::ValuesIn(non_default_ns_variants()),
+                         [](const ::testing::TestParamInfo<NsVariant>& info) {
+                           std::string v = to_string(info.param);
+                           std::replace(v.begin(), v.end(), '-', '_');
+                           return "W3_muon_ns_" + v;
                          });
 
 INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,
