@@ -7,9 +7,17 @@
 //   build/bench/bench_newton_schulz                      # every case
 //   build/bench/bench_newton_schulz --benchmark_filter=NewtonSchulz/1024/1024
 //   build/bench/bench_newton_schulz --benchmark_filter=Experts   # per-slice vs batched (--batched-ns)
+//   build/bench/bench_newton_schulz --benchmark_filter=NsVariant # every --ns-variant side by side
+//
+// NsVariant: each variant's time, FLOPs (2 x ns_multiply_adds, its own products: Gram's R and Q,
+// AOL's reused A) and, after its steps on a Gaussian input, how orthogonal the result is: on the
+// short side ||X X^T - I||_F / sqrt(s) and the singular values' smallest and largest (float64; for
+// an expert stack, the worst slice).
 #include "core/optim/optim.h"
 
 #include <ATen/Context.h>
+#include <ATen/ops/eye.h>
+#include <ATen/ops/linalg_svdvals.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/stack.h>
@@ -78,7 +86,49 @@ void BM_ExpertsNewtonSchulz(benchmark::State& state) {
   state.SetLabel(std::string(state.range(4) ? "cuda " : "cpu ") + (batched ? "batched" : "per-slice"));
 }
 
+void BM_NsVariant(benchmark::State& state) {
+  const NsVariantInfo& v = ns_variants().at(static_cast<size_t>(state.range(0)));
+  const int64_t E = state.range(1), rows = state.range(2), cols = state.range(3);
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(device_of(state.range(4)));
+  const at::Tensor g = E > 0 ? at::randn({E, rows, cols}, opts) : at::randn({rows, cols}, opts);
+  MuonOptions o;
+  o.ns_variant = v.id;
+  o.ns_steps = ns_steps_of(v, o.ns_steps);
+  const at::Tensor x = orthogonalize(g, o).to(at::kDouble).cpu();
+  for (auto _ : state) sync(orthogonalize(g, o));
+  const double flops = 2.0 * std::max<int64_t>(E, 1) * ns_multiply_adds(v, o.ns_steps, rows, cols);
+  state.counters["GFLOP"] = flops / 1e9;
+  state.counters["FLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  double orth = 0, lo = 1e300, hi = 0;
+  for (int64_t e = 0; e < std::max<int64_t>(E, 1); ++e) {
+    at::Tensor m = E > 0 ? x.select(0, e) : x;
+    if (rows > cols) m = m.t();
+    const int64_t s = m.size(0);
+    orth = std::max(orth, (at::matmul(m, m.t()) - at::eye(s, m.options())).norm().item<double>() / std::sqrt(double(s)));
+    const at::Tensor sv = at::linalg_svdvals(m);
+    lo = std::min(lo, sv.min().item<double>()), hi = std::max(hi, sv.max().item<double>());
+  }
+  state.counters["orth_err"] = orth;
+  state.counters["sv_min"] = lo;
+  state.counters["sv_max"] = hi;
+  state.counters["steps"] = o.ns_steps;
+  state.SetLabel(std::string(state.range(4) ? "cuda " : "cpu ") + v.name);
+}
+
+void register_variants(const std::vector<std::tuple<int64_t, int64_t, int64_t>>& shapes, int64_t device) {
+  for (auto [E, r, c] : shapes)
+    for (size_t i = 0; i < ns_variants().size(); ++i)
+      benchmark::RegisterBenchmark("NsVariant", BM_NsVariant)
+          ->Args({static_cast<int64_t>(i), E, r, c, device})
+          ->Unit(benchmark::kMillisecond);
+}
+
 void register_all() {
+  // Newton–Schulz variants on a 1024-wide model's matrices (attention square, MLP up and down) and
+  // an expert stack, at CPU scale; on a GPU an 8B model's and Qwen3-30B-A3B's experts.
+  register_variants({{0, 1024, 1024}, {0, 1024, 4096}, {0, 4096, 1024}, {8, 256, 512}}, 0);
+  if (at::globalContext().hasCUDA())
+    register_variants({{0, 4096, 4096}, {0, 4096, 14336}, {0, 14336, 4096}, {128, 768, 2048}}, 1);
   // Expert tensors: the tiny MoE model's, and slices of Mixtral/Qwen3-like aspect at CPU scale.
   for (auto [E, r, c] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{8, 128, 64}, {32, 192, 512}, {128, 96, 256}, {8, 512, 128}})
     for (int64_t batched : {0, 1})

@@ -167,8 +167,14 @@ double ns_multiply_adds(const NsVariantInfo& v, int steps, int64_t rows, int64_t
   if (steps <= 0) return 0;
   const bool gram = v.spelling == NsSpelling::gram && !(v.square_fallback && rows == cols);
   if (!gram) {
-    // AOL computes step 0's A before the rescale and reuses it: the same products.
-    return steps * s * s * (2 * l + s);
+    // AOL computes step 0's A before the rescale and reuses it: the same products. A cubic step
+    // (c = 0, where the source skips A^2) costs s^2 l twice.
+    double cost = 0;
+    for (int i = 0; i < steps; ++i) {
+      const bool cubic = v.cubic_when_c_is_zero && ns_coefficients(v, i, NsTriple{1, 0, 1}).c == 0;
+      cost += cubic ? 2 * s * s * l : s * s * (2 * l + s);
+    }
+    return cost;
   }
   double cost = s * s * l;  // R = X X^T
   bool have_q = false;

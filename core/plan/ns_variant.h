@@ -85,7 +85,8 @@ inline int ns_steps_of(const NsVariantInfo& v, int ns_steps) { return v.fixed_st
 NsTriple ns_coefficients(const NsVariantInfo& v, int i, NsTriple torch_triple);
 
 // Multiply-adds of `steps` iterations of the variant on a rows x cols matrix (s the short side, l
-// the long one): standard s^2 (2l + s) per step (AOL's too: its rescale's A is step 0's); Gram
+// the long one): standard s^2 (2l + s) per step (AOL's too: its rescale's A is step 0's; a cubic
+// step of Emerging-Optimizers' 2 s^2 l); Gram
 // s^2 l for R, then per step s^3 for R^2, s^3 for Q (after the first), 2 s^3 for R (unless the last
 // or before a restart), 2 s^2 l per restart and s^2 l for the final Q X.
 double ns_multiply_adds(const NsVariantInfo& v, int steps, int64_t rows, int64_t cols);
