@@ -17,7 +17,8 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
                   set.explicit_planner ? "round_robin | greedy_bytes | greedy_cost | balanced | explicit"
                                        : "round_robin | greedy_bytes | greedy_cost | balanced");
   cmd->add_option("--tail-policy", o.tail_policy, "even | owner");
-  cmd->add_option("--optimizer", o.optimizer, "muon | shampoo | soap | adamw (matrix optimizer; the rest uses AdamW)");
+  cmd->add_option("--optimizer", o.optimizer,
+                  "muon | normuon | adamuon | shampoo | soap | adamw (matrix optimizer; the rest uses AdamW)");
   cmd->add_option("--ns-variant", o.ns_variant,
                   "Muon's Newton-Schulz variant, each pinned to its source (docs/optimizers.md): " + ns_variant_names() +
                       " (default torch)");
@@ -74,8 +75,9 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
 
 void apply_ns_options(const RunOptions& o, OptimizerKind optimizer, MuonOptions& muon) {
   if (!o.ns_variant && !o.ns_steps) return;
-  TORCH_CHECK(optimizer == OptimizerKind::muon, o.ns_variant ? "--ns-variant" : "--ns-steps",
-              " sets Muon's Newton-Schulz iterations, but the matrix optimizer is ", to_string(optimizer));
+  TORCH_CHECK(uses_newton_schulz(optimizer), o.ns_variant ? "--ns-variant" : "--ns-steps",
+              " sets the Newton-Schulz iterations of Muon, NorMuon and AdaMuon, but the matrix optimizer is ",
+              to_string(optimizer));
   if (o.ns_variant) muon.ns_variant = ns_variant_from_string(*o.ns_variant);
   const NsVariantInfo& v = ns_variant_info(muon.ns_variant);
   TORCH_CHECK(!(o.ns_steps && v.fixed_steps > 0), "--ns-steps cannot be given with --ns-variant ", v.name, ": its table pins ",
@@ -206,13 +208,16 @@ void apply_step_options(const StepArgs& a, TrainConfig& c) {
 void add_rate_options(CLI::App* cmd, RateArgs& a) {
   const OptimizerOptions d = training_defaults();
   char help[256];
-  std::snprintf(help, sizeof(help), "Matrix optimizer's learning rate, >= 0 (default: Muon %g, Shampoo %g, SOAP %g)", d.muon.lr,
-                d.shampoo.lr, d.soap.lr);
+  std::snprintf(help, sizeof(help),
+                "Matrix optimizer's learning rate, >= 0 (default: Muon %g, NorMuon %g, AdaMuon %g, Shampoo %g, SOAP %g)", d.muon.lr,
+                d.normuon.lr, d.adamuon.lr, d.shampoo.lr, d.soap.lr);
   cmd->add_option("--lr", a.lr, help);
   std::snprintf(help, sizeof(help), "AdamW's learning rate (embeddings, head, 1-D tails), >= 0 (default: %g)", d.adamw.lr);
   cmd->add_option("--adamw-lr", a.adamw_lr, help);
-  std::snprintf(help, sizeof(help), "Weight decay of every optimizer, >= 0 (default: Muon %g, AdamW %g, Shampoo %g, SOAP %g)",
-                d.muon.weight_decay, d.adamw.weight_decay, d.shampoo.weight_decay, d.soap.weight_decay);
+  std::snprintf(help, sizeof(help),
+                "Weight decay of every optimizer, >= 0 (default: Muon %g, NorMuon %g, AdaMuon %g, AdamW %g, Shampoo %g, SOAP %g)",
+                d.muon.weight_decay, d.normuon.weight_decay, d.adamuon.weight_decay, d.adamw.weight_decay, d.shampoo.weight_decay,
+                d.soap.weight_decay);
   cmd->add_option("--weight-decay", a.weight_decay, help);
 }
 
@@ -222,15 +227,15 @@ void apply_rate_options(const RateArgs& a, RuntimeOptions& r) {
     return v;
   };
   if (auto lr = checked("--lr", a.lr)) {
-    r.muon.lr = r.shampoo.lr = r.soap.lr = *lr;
+    r.muon.lr = r.normuon.lr = r.adamuon.lr = r.shampoo.lr = r.soap.lr = *lr;
     if (r.optimizer == OptimizerKind::adamw) r.adamw.lr = *lr;
   }
   if (auto lr = checked("--adamw-lr", a.adamw_lr)) r.adamw.lr = *lr;
   if (auto wd = checked("--weight-decay", a.weight_decay)) {
-    r.muon.weight_decay = r.adamw.weight_decay = *wd;
+    r.muon.weight_decay = r.normuon.weight_decay = r.adamuon.weight_decay = r.adamw.weight_decay = *wd;
     r.shampoo.weight_decay = r.soap.weight_decay = *wd;
   }
-  validate(r.muon), validate(r.adamw), validate(r.shampoo), validate(r.soap);
+  validate(r.muon), validate(r.normuon), validate(r.adamuon), validate(r.adamw), validate(r.shampoo), validate(r.soap);
 }
 
 TransformerConfig trainable_model_config(int layers, int hidden, int heads, int intermediate) {

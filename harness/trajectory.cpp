@@ -99,7 +99,9 @@ FastTolerance fast_tolerance(OptimizerKind matrix_optimizer, c10::ScalarType red
   if (reduce_dtype == c10::kBFloat16) return {5e-2, matrix_optimizer == OptimizerKind::soap ? 5e-2 : 2e-3};
   switch (matrix_optimizer) {
     case OptimizerKind::adamw: return {1e-4, 1e-5};
-    case OptimizerKind::muon: return {5e-2, 2e-3};
+    case OptimizerKind::muon:
+    case OptimizerKind::normuon:
+    case OptimizerKind::adamuon: return {5e-2, 2e-3};
     case OptimizerKind::shampoo: return {1e-5, 5e-6};
     case OptimizerKind::soap: return {6e-2, 5e-2};
   }

@@ -54,6 +54,10 @@ class TensorOptimizer {
 
 std::unique_ptr<TensorOptimizer> make_muon(const MuonOptions& options, std::vector<int64_t> full_shape);
 std::unique_ptr<TensorOptimizer> make_adamw(const AdamWOptions& options);
+// NorMuon and AdaMuon (core/optim/muon_family.cpp) on a 2-D matrix, orthogonalising with `ns`'s
+// Newton–Schulz variant and steps.
+std::unique_ptr<TensorOptimizer> make_normuon(const NorMuonOptions& options, const MuonOptions& ns, std::vector<int64_t> shape);
+std::unique_ptr<TensorOptimizer> make_adamuon(const AdaMuonOptions& options, const MuonOptions& ns, std::vector<int64_t> shape);
 std::unique_ptr<TensorOptimizer> make_shampoo(const ShampooOptions& options, std::vector<int64_t> shape);
 std::unique_ptr<TensorOptimizer> make_soap(const SoapOptions& options, std::vector<int64_t> shape);
 // Experts: a 3-D tensor [n, out, in] stepped as n matrices, slice e by slices[e] (each made for
@@ -66,6 +70,8 @@ std::unique_ptr<TensorOptimizer> make_batched_muon(const MuonOptions& options, s
 // Checks hyperparameters (finite, in range), naming the optimizer and the field; throws.
 void validate(const MuonOptions& o);
 void validate(const AdamWOptions& o);
+void validate(const NorMuonOptions& o);
+void validate(const AdaMuonOptions& o);
 void validate(const ShampooOptions& o);
 void validate(const SoapOptions& o);
 

@@ -41,9 +41,10 @@ OptimizerOptions options_for(const OptimizerOptions& options, const std::string&
   OptimizerOptions o = options;
   for (const ParamGroup& g : options.groups) {
     if (fnmatch(g.pattern.c_str(), name.c_str(), 0) != 0) continue;
-    if (g.lr) o.muon.lr = o.adamw.lr = o.shampoo.lr = o.soap.lr = *g.lr;
+    if (g.lr) o.muon.lr = o.normuon.lr = o.adamuon.lr = o.adamw.lr = o.shampoo.lr = o.soap.lr = *g.lr;
     if (g.weight_decay) {
-      o.muon.weight_decay = o.adamw.weight_decay = o.shampoo.weight_decay = o.soap.weight_decay = *g.weight_decay;
+      o.muon.weight_decay = o.normuon.weight_decay = o.adamuon.weight_decay = o.adamw.weight_decay =
+          o.shampoo.weight_decay = o.soap.weight_decay = *g.weight_decay;
     }
     break;
   }
@@ -65,6 +66,8 @@ std::unique_ptr<TensorOptimizer> make_optimizer(const OptimizerOptions& all, con
   auto matrix = [&](const std::vector<int64_t>& m) -> std::unique_ptr<TensorOptimizer> {
     switch (options.optimizer) {
       case OptimizerKind::muon: return make_muon(options.muon, m);
+      case OptimizerKind::normuon: return make_normuon(options.normuon, options.muon, m);
+      case OptimizerKind::adamuon: return make_adamuon(options.adamuon, options.muon, m);
       case OptimizerKind::shampoo: return make_shampoo(options.shampoo, m);
       case OptimizerKind::soap: return make_soap(options.soap, m);
       case OptimizerKind::adamw: break;

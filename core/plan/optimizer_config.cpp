@@ -7,10 +7,14 @@
 namespace mfsdp {
 namespace {
 
-constexpr NameTable<OptimizerKind, 4> kOptimizerNames{{{OptimizerKind::muon, "muon"},
+constexpr NameTable<OptimizerKind, 6> kOptimizerNames{{{OptimizerKind::muon, "muon"},
                                                        {OptimizerKind::adamw, "adamw"},
                                                        {OptimizerKind::shampoo, "shampoo"},
-                                                       {OptimizerKind::soap, "soap"}}};
+                                                       {OptimizerKind::soap, "soap"},
+                                                       {OptimizerKind::normuon, "normuon"},
+                                                       {OptimizerKind::adamuon, "adamuon"}}};
+constexpr NameTable<NorMuonScale, 2> kNorMuonScaleNames{
+    {{NorMuonScale::preserve_norm, "preserve_norm"}, {NorMuonScale::match_rms, "match_rms"}}};
 constexpr NameTable<MuonLrAdjustment, 2> kMuonLrNames{
     {{MuonLrAdjustment::original, "original"}, {MuonLrAdjustment::match_rms_adamw, "match_rms_adamw"}}};
 
@@ -19,6 +23,13 @@ constexpr NameTable<MuonLrAdjustment, 2> kMuonLrNames{
 const char* to_string(OptimizerKind kind) { return checked_name(kOptimizerNames, kind); }
 
 OptimizerKind optimizer_kind_from_string(const std::string& name) { return parse_name(kOptimizerNames, name, "optimizer"); }
+
+bool uses_newton_schulz(OptimizerKind kind) {
+  return kind == OptimizerKind::muon || kind == OptimizerKind::normuon || kind == OptimizerKind::adamuon;
+}
+
+const char* to_string(NorMuonScale s) { return checked_name(kNorMuonScaleNames, s); }
+NorMuonScale normuon_scale_from_string(const std::string& name) { return parse_name(kNorMuonScaleNames, name, "NorMuon update_scale"); }
 
 const char* to_string(MuonLrAdjustment adjustment) { return checked_name(kMuonLrNames, adjustment); }
 
@@ -40,7 +51,7 @@ OptimizerOptions training_defaults() {
 std::string describe_optimizer(const OptimizerOptions& o) {
   std::string out = to_string(o.optimizer);
   const MuonOptions d;
-  if (o.optimizer == OptimizerKind::muon && (o.muon.ns_variant != d.ns_variant || o.muon.ns_steps != d.ns_steps))
+  if (uses_newton_schulz(o.optimizer) && (o.muon.ns_variant != d.ns_variant || o.muon.ns_steps != d.ns_steps))
     out += std::string(" (Newton-Schulz ") + to_string(o.muon.ns_variant) + ", " + std::to_string(o.muon.ns_steps) + " steps)";
   return out;
 }

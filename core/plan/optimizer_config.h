@@ -13,9 +13,12 @@
 
 namespace mfsdp {
 
-enum class OptimizerKind { muon, adamw, shampoo, soap };
+enum class OptimizerKind { muon, adamw, shampoo, soap, normuon, adamuon };
 const char* to_string(OptimizerKind kind);
 OptimizerKind optimizer_kind_from_string(const std::string& name);  // throws on unknown names
+// Muon and its family (NorMuon, AdaMuon): the optimizers that orthogonalise with Newton–Schulz
+// (MuonOptions' variant and steps).
+bool uses_newton_schulz(OptimizerKind kind);
 
 // torch.optim.Muon's adjust_lr_fn.
 enum class MuonLrAdjustment {
@@ -41,6 +44,38 @@ struct MuonOptions {
   // instead of n per-slice chains. Not bitwise the per-slice mode (batched kernels block the
   // products differently); its difference is measured (bench_experts), never claimed zero.
   bool batched_ns = false;
+};
+
+// NorMuon as pytorch-optimizer 4.1.0's NorMuon (its defaults; docs/optimizers.md): Muon's momentum
+// and Newton–Schulz, then a per-row second moment v (shape [rows, 1], the EMA of the mean square of
+// each row of the orthogonalised update), the update divided by sqrt(v) + eps and rescaled.
+enum class NorMuonScale {
+  preserve_norm,  // back to the orthogonalised update's Frobenius norm; lr adjusted as Muon's adjust_lr
+  match_rms,      // to RMS 0.2 (0.2 sqrt(rows cols) / ||U||); lr as given
+};
+struct NorMuonOptions {
+  double lr = 2e-2;
+  double weight_decay = 0.0;
+  double momentum = 0.95;
+  double beta2 = 0.95;
+  bool nesterov = true;
+  double eps = 1e-10;
+  NorMuonScale update_scale = NorMuonScale::preserve_norm;
+  MuonLrAdjustment adjust_lr = MuonLrAdjustment::original;  // pytorch-optimizer's use_adjusted_lr = False
+};
+const char* to_string(NorMuonScale s);
+NorMuonScale normuon_scale_from_string(const std::string& name);  // throws on unknown names
+
+// AdaMuon as pytorch-optimizer 4.1.0's AdaMuon (its defaults): an EMA m of the gradient,
+// orthogonalised, an elementwise second moment v of the result (bias-corrected), the update divided
+// by sqrt(v / (1 - beta2^t)) + eps and scaled to RMS 0.2 through the lr (sqrt(min(rows, cols)) / ||U||,
+// lr 0.2 sqrt(max(rows, cols))).
+struct AdaMuonOptions {
+  double lr = 2e-2;
+  double beta1 = 0.9, beta2 = 0.95;
+  double weight_decay = 0.0;
+  double eps = 1e-10;
+  MuonLrAdjustment adjust_lr = MuonLrAdjustment::match_rms_adamw;  // pytorch-optimizer's use_adjusted_lr = True
 };
 
 struct AdamWOptions {
@@ -90,7 +125,9 @@ struct ParamGroup {
 // AdamW).
 struct OptimizerOptions {
   OptimizerKind optimizer = OptimizerKind::muon;
-  MuonOptions muon;
+  MuonOptions muon;  // also NorMuon's and AdaMuon's Newton–Schulz (variant, steps)
+  NorMuonOptions normuon;
+  AdaMuonOptions adamuon;
   AdamWOptions adamw;
   ShampooOptions shampoo;
   SoapOptions soap;

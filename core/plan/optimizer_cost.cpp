@@ -31,9 +31,12 @@ double optimizer_step_cost(OptimizerKind kind, int64_t rows, int64_t cols, const
   switch (kind) {
     case OptimizerKind::adamw:
       return m * n;
+    case OptimizerKind::normuon:  // + the row second moment, the division and the two norms
+    case OptimizerKind::adamuon:  // + the elementwise second moment, the division and the norm
     case OptimizerKind::muon: {
       check_matrix(kind, rows, cols);
-      return ns_multiply_adds(ns_variant_info(c.ns_variant), c.ns_steps, rows, cols) + m * n;
+      const double extra = kind == OptimizerKind::muon ? 0 : 4 * m * n;
+      return ns_multiply_adds(ns_variant_info(c.ns_variant), c.ns_steps, rows, cols) + m * n + extra;
     }
     case OptimizerKind::shampoo: {
       check_matrix(kind, rows, cols);
@@ -66,6 +69,10 @@ int64_t optimizer_state_elements(OptimizerKind kind, const std::vector<int64_t>&
   switch (kind) {
     case OptimizerKind::muon:
       return rows * cols;
+    case OptimizerKind::normuon:
+      return rows * cols + rows;
+    case OptimizerKind::adamuon:
+      return 2 * rows * cols;
     case OptimizerKind::shampoo: {
       int64_t state = 0;
       for (int64_t bm : blocks(rows, c.shampoo_max_preconditioner_dim)) {

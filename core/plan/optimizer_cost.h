@@ -37,11 +37,13 @@ struct OptimizerCostConfig {
 //            ns_steps * s^2 * (2l + s), s the short side, l the long one)
 //   Shampoo  per block m x n: 2(m^2 n + m n^2) + (m^3 + n^3) / frequency
 //   SOAP     3(m^2 n + m n^2) + (m^3 + n^3) / frequency      (sides > max dim are identity)
+//   NorMuon, AdaMuon  Muon's + 4 rows * cols (second moment, division, norms)
 //   AdamW    rows * cols (elementwise)
 double optimizer_step_cost(OptimizerKind kind, int64_t rows, int64_t cols, const OptimizerCostConfig& config);
 
 // Elements of optimizer state kept for one tensor of `shape` (any rank for AdamW; 2-D otherwise):
-//   Muon 1 (momentum); AdamW 2 (m, v); Shampoo per block L, R, their inverse roots, momentum,
+//   Muon 1 (momentum); NorMuon 1 + a column (momentum, the row second moment); AdaMuon 2 (m, v);
+//   AdamW 2 (m, v); Shampoo per block L, R, their inverse roots, momentum,
 //   and the Adam-grafting second moment; SOAP m, v, L, R, Q_L, Q_R.
 int64_t optimizer_state_elements(OptimizerKind kind, const std::vector<int64_t>& shape,
                                  const OptimizerCostConfig& config);
