@@ -127,6 +127,9 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
   TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "--planner explicit is for mfsdp plan and tests");
   set_optimizer(c, c.planner.optimizer);
   apply_ns_options(o, c.runtime.optimizer, c.runtime.muon);
+  TORCH_CHECK(!o.moe.batched_ns || c.runtime.optimizer == OptimizerKind::muon,
+              "--batched-ns batches Muon's Newton-Schulz over an expert tensor, but the matrix optimizer is ",
+              to_string(c.runtime.optimizer), " (it steps each expert as its own matrix)");
   c.runtime.muon.batched_ns = o.moe.batched_ns;
   c.runtime.precision = precision_policy(o, c.model.dtype);
   mesh_shape(world_size, o.replicas);  // throws unless R divides W

@@ -56,7 +56,8 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   config.batch = 1;
   config.seq = *rc::gen::inRange<int64_t>(1, 6);
   config.seed = *rc::gen::inRange<uint64_t>(0, 1000);
-  set_optimizer(config, *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw));
+  set_optimizer(config, *rc::gen::element(OptimizerKind::muon, OptimizerKind::adamw, OptimizerKind::normuon,
+                                          OptimizerKind::adamuon));
   config.runtime.muon.lr = 0.02;
   // Muon: any Newton–Schulz variant; one without a fixed table runs 1 to 6 steps.
   {
@@ -81,10 +82,16 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   const int one = *rc::gen::inRange(0, S);
   for (const PlanItem& item : plan_items(TransformerModel(config.model).spec(), config.planner))
     config.planner.explicit_owners[item.key] = all_on_one ? one : *rc::gen::inRange(0, S);
-  // Mostly the owner plan; sometimes a baseline placement, and sometimes with prefetch.
-  const Placement placement = R > 1 ? *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::reconstruct}})
-                                    : *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::reconstruct},
-                                                                            {1, Placement::alltoall}, {1, Placement::zero1}});
+  // Mostly the owner plan; sometimes a baseline placement, and sometimes with prefetch. NorMuon and
+  // AdaMuon need whole matrices: not the even-row baselines (reconstruct, alltoall).
+  const OptimizerKind opt = config.runtime.optimizer;
+  const bool whole_only = opt == OptimizerKind::normuon || opt == OptimizerKind::adamuon;
+  const Placement placement =
+      R > 1 ? (whole_only ? Placement::owner
+                          : *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::reconstruct}}))
+            : whole_only ? *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::zero1}})
+                         : *rc::gen::weightedElement<Placement>({{6, Placement::owner}, {1, Placement::reconstruct},
+                                                                 {1, Placement::alltoall}, {1, Placement::zero1}});
   if (placement == Placement::reconstruct) config.runtime.step_mode = StepMode::replicated;  // dedup steps whole matrices
   if (placement == Placement::reconstruct || placement == Placement::alltoall) {
     config.planner.planner = PlannerKind::balanced;  // every parameter even: no owners to assign

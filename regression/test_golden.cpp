@@ -292,7 +292,8 @@ void check_golden(int W, const TrainConfig& config) {
   // A family made on some platforms only (accumulation and clipping: the AVX2 set so far) has
   // nothing to compare with elsewhere: said, not failed.
   if (!path_exists(read_path) && (config.grad_accum > 1 || config.runtime.max_norm > 0 || scheduled(config.lr_schedule) ||
-                                  config.runtime.activation_checkpointing || config.runtime.muon.ns_variant != NsVariant::torch))
+                                  config.runtime.activation_checkpointing || config.runtime.muon.ns_variant != NsVariant::torch ||
+                                  optimizer == OptimizerKind::normuon || optimizer == OptimizerKind::adamuon))
     GTEST_SKIP() << file << " has not been made on any platform like this one (" << fingerprint().dump()
                  << "); make it here with: " << kRegenerate;
   ASSERT_TRUE(path_exists(read_path)) << "no golden file " << path << "; generate it with: " << kRegenerate;
@@ -498,6 +499,23 @@ INSTANTIATE_TEST_SUITE_P(Tiny, NsVariantGolden, ::testing::ValuesIn(non_default_
                            std::string v = to_string(info.param);
                            std::replace(v.begin(), v.end(), '-', '_');
                            return "W3_muon_ns_" + v;
+                         });
+
+// NorMuon and AdaMuon at W = 3, fp32 and bf16 compute copies (their options: pytorch-optimizer's
+// defaults, weight decay 0), 30 steps.
+using MuonFamilyGoldenParam = std::tuple<OptimizerKind, c10::ScalarType>;
+class MuonFamilyGolden : public ::testing::TestWithParam<MuonFamilyGoldenParam> {};
+
+TEST_P(MuonFamilyGolden, TrajectoryMatchesTheStoredOne) {
+  check_golden(3, golden_config(3, std::get<0>(GetParam()), std::get<1>(GetParam())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, MuonFamilyGolden,
+                         ::testing::Combine(::testing::Values(OptimizerKind::normuon, OptimizerKind::adamuon),
+                                            ::testing::Values(c10::kFloat, c10::kBFloat16)),
+                         [](const ::testing::TestParamInfo<MuonFamilyGoldenParam>& info) {
+                           return std::string("W3_") + to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) == c10::kBFloat16 ? "_bf16" : "");
                          });
 
 INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,

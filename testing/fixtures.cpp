@@ -22,6 +22,7 @@ TrainConfig tiny_config(const TinyRun& run) {
   if (run.test_rates) {
     c.runtime.muon.lr = 0.02;
     c.runtime.adamw.lr = c.runtime.shampoo.lr = c.runtime.soap.lr = 3e-3;
+    c.runtime.normuon.weight_decay = c.runtime.adamuon.weight_decay = 0.1;  // their default 0 leaves the decay untested
   }
   if (run.precondition_frequency > 0)
     c.runtime.shampoo.precondition_frequency = c.runtime.soap.precondition_frequency = run.precondition_frequency;

@@ -84,6 +84,15 @@ nlohmann::ordered_json plan_report_json(const PlanReport& r) {
 return j;
 }
 
+// The optimizer the plan is costed for, with its Newton–Schulz variant and steps when not the default.
+static std::string optimizer_text(const PlannerOptions& o) {
+  OptimizerOptions shown;
+  shown.optimizer = o.optimizer;
+  shown.muon.ns_variant = o.cost.ns_variant;
+  shown.muon.ns_steps = o.cost.ns_steps;
+  return describe_optimizer(shown);
+}
+
 std::string plan_report_text(const PlanReport& r) {
   const Counts c = counts_of(r.plan);
   std::string out;
@@ -91,7 +100,7 @@ std::string plan_report_text(const PlanReport& r) {
   out += format("plan: model %s, %lld parameters (%.3f B), %d owned matrices in %zu units\n", r.spec.name.c_str(),
               static_cast<long long>(r.spec.numel()), r.spec.numel() / 1e9, c.owned, r.plan.units().size());
   out += format("      W=%d, planner %s, tail policy %s, optimizer %s, prefetch %d, hash %s (planned in %.3f s)\n",
-              r.world_size, to_string(r.options.planner), to_string(r.options.tail_policy), to_string(r.options.optimizer),
+              r.world_size, to_string(r.options.planner), to_string(r.options.tail_policy), optimizer_text(r.options).c_str(),
               r.memory.prefetch, r.plan.hash_hex().c_str(), r.plan_seconds);
   if (r.memory.replicas > 1)
     out += format("      HSDP: %d replica groups x %d ranks (the plan is for %d), step mode %s%s\n", r.memory.replicas,
