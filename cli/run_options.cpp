@@ -73,17 +73,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
         ->needs(experts);
 }
 
-void apply_ns_options(const RunOptions& o, OptimizerKind optimizer, MuonOptions& muon) {
-  if (!o.ns_variant && !o.ns_steps) return;
-  TORCH_CHECK(uses_newton_schulz(optimizer), o.ns_variant ? "--ns-variant" : "--ns-steps",
-              " sets the Newton-Schulz iterations of Muon, NorMuon and AdaMuon, but the matrix optimizer is ",
-              to_string(optimizer));
-  if (o.ns_variant) muon.ns_variant = ns_variant_from_string(*o.ns_variant);
-  const NsVariantInfo& v = ns_variant_info(muon.ns_variant);
-  TORCH_CHECK(!(o.ns_steps && v.fixed_steps > 0), "--ns-steps cannot be given with --ns-variant ", v.name, ": its table pins ",
-              v.fixed_steps, " steps");
-  muon.ns_steps = o.ns_steps ? *o.ns_steps : ns_steps_of(v, muon.ns_steps);
-}
+void apply_ns_options(const RunOptions& o, OptimizerKind k, MuonOptions& m) { set_newton_schulz(m, k, o.ns_variant, o.ns_steps); }
 
 PlannerOptions planner_options(const RunOptions& o) {
   PlannerOptions p;
@@ -127,9 +117,8 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
   TORCH_CHECK(c.planner.planner != PlannerKind::explicit_assignment, "--planner explicit is for mfsdp plan and tests");
   set_optimizer(c, c.planner.optimizer);
   apply_ns_options(o, c.runtime.optimizer, c.runtime.muon);
-  TORCH_CHECK(!o.moe.batched_ns || c.runtime.optimizer == OptimizerKind::muon,
-              "--batched-ns batches Muon's Newton-Schulz over an expert tensor, but the matrix optimizer is ",
-              to_string(c.runtime.optimizer), " (it steps each expert as its own matrix)");
+  TORCH_CHECK(!o.moe.batched_ns || c.runtime.optimizer == OptimizerKind::muon, "--batched-ns batches Muon's Newton-Schulz "
+              "over an expert tensor, but the matrix optimizer is ", to_string(c.runtime.optimizer), " (it steps each expert as its own matrix)");
   c.runtime.muon.batched_ns = o.moe.batched_ns;
   c.runtime.precision = precision_policy(o, c.model.dtype);
   mesh_shape(world_size, o.replicas);  // throws unless R divides W

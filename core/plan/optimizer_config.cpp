@@ -48,6 +48,19 @@ OptimizerOptions training_defaults() {
   return o;
 }
 
+void set_newton_schulz(MuonOptions& muon, OptimizerKind optimizer, const std::optional<std::string>& variant,
+                       std::optional<int> steps) {
+  if (!variant && !steps) return;
+  TORCH_CHECK(uses_newton_schulz(optimizer), variant ? "--ns-variant" : "--ns-steps",
+              " sets the Newton-Schulz iterations of Muon, NorMuon and AdaMuon, but the matrix optimizer is ",
+              to_string(optimizer));
+  if (variant) muon.ns_variant = ns_variant_from_string(*variant);
+  const NsVariantInfo& v = ns_variant_info(muon.ns_variant);
+  TORCH_CHECK(!(steps && v.fixed_steps > 0), "--ns-steps cannot be given with --ns-variant ", v.name, ": its table pins ",
+              v.fixed_steps, " steps");
+  muon.ns_steps = steps ? *steps : ns_steps_of(v, muon.ns_steps);
+}
+
 std::string describe_optimizer(const OptimizerOptions& o) {
   std::string out = to_string(o.optimizer);
   const MuonOptions d;

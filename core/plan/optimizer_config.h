@@ -139,6 +139,11 @@ struct OptimizerOptions {
 // preconditioners refreshed every 10 steps; everything else as the structs above.
 OptimizerOptions training_defaults();
 
+// --ns-variant and --ns-steps (each optional) into `muon`; throws naming both flags when a variant
+// with a fixed table is given steps, or either flag with an optimizer that has no Newton–Schulz.
+void set_newton_schulz(MuonOptions& muon, OptimizerKind optimizer, const std::optional<std::string>& variant,
+                       std::optional<int> steps);
+
 // The matrix optimizer as run headers name it: "muon", or with a Newton–Schulz variant or step count
 // other than the default, "muon (Newton-Schulz polar-express-5, 5 steps)".
 std::string describe_optimizer(const OptimizerOptions& o);

@@ -264,7 +264,7 @@ TEST(MatrixOptimizers, BadInputGivesClearErrors) {
   AdamWOptions neg_eps;
   neg_eps.eps = -1;
   EXPECT_NE(error_of([&] { make_adamw(neg_eps); }).find("adamw: eps must be >= 0, got -1"), std::string::npos);
-  EXPECT_NE(error_of([] { optimizer_kind_from_string("lion"); }).find("unknown optimizer 'lion' (expected muon, adamw, shampoo or soap)"),
+  EXPECT_NE(error_of([] { optimizer_kind_from_string("lion"); }).find("unknown optimizer 'lion' (expected muon, adamw, shampoo, soap, normuon or adamuon)"),
             std::string::npos);
 }
 
