@@ -34,14 +34,36 @@ void decay(at::Tensor& param, double weight_decay, double lr) {
   if (weight_decay != 0.0) param.mul_(1.0 - weight_decay * lr);
 }
 
-class NorMuon final : public TensorOptimizer {
+// What NorMuon and AdaMuon share: their options (whose lr a schedule scales), the Newton–Schulz
+// variant, the matrix shape they were made for, and the start of loading a checkpoint's state.
+template <class Options>
+class MuonFamily : public TensorOptimizer {
  public:
-  NorMuon(NorMuonOptions o, MuonOptions ns, std::vector<int64_t> shape) : o_(o), ns_(std::move(ns)), shape_(std::move(shape)) {
-    TORCH_CHECK(shape_.size() == 2, "normuon: needs a 2-D parameter, got ", shape_.size(), "-D");
+  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
+
+ protected:
+  MuonFamily(const char* name, Options o, MuonOptions ns, std::vector<int64_t> shape)
+      : name_(name), o_(o), ns_(std::move(ns)), shape_(std::move(shape)) {
+    TORCH_CHECK(shape_.size() == 2, name_, ": needs a 2-D parameter, got ", shape_.size(), "-D");
     validate(o_), validate(ns_);
   }
+  StateLoader loader(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
+                     const std::vector<int64_t>& param_shape) const {
+    check_param_shape(name_, shape_, param_shape);
+    return StateLoader(name_, state, scalars);
+  }
+
+  const char* name_;
+  Options o_;
+  MuonOptions ns_;
+  double base_lr_ = o_.lr;
+  std::vector<int64_t> shape_;
+};
+
+class NorMuon final : public MuonFamily<NorMuonOptions> {
+ public:
+  NorMuon(NorMuonOptions o, MuonOptions ns, std::vector<int64_t> shape) : MuonFamily("normuon", o, std::move(ns), std::move(shape)) {}
   OptimizerKind kind() const override { return OptimizerKind::normuon; }
-  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     check_matrix_step("normuon", param, grad);
     if (!buf_.defined()) buf_ = at::zeros_like(grad), v_ = at::zeros({shape_[0], 1}, grad.options());
@@ -66,8 +88,7 @@ class NorMuon final : public TensorOptimizer {
   }
   void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
                   const std::vector<int64_t>& param_shape) override {
-    check_param_shape("normuon", shape_, param_shape);
-    StateLoader in("normuon", state, scalars);
+    StateLoader in = loader(state, scalars, param_shape);
     at::Tensor buf, v;
     if (!in.empty()) buf = in.take("momentum_buffer", shape_), v = in.take("second_momentum_buffer", {shape_[0], 1});
     in.done();
@@ -75,21 +96,13 @@ class NorMuon final : public TensorOptimizer {
   }
 
  private:
-  NorMuonOptions o_;
-  MuonOptions ns_;
-  double base_lr_ = o_.lr;
-  std::vector<int64_t> shape_;
   at::Tensor buf_, v_;
 };
 
-class AdaMuon final : public TensorOptimizer {
+class AdaMuon final : public MuonFamily<AdaMuonOptions> {
  public:
-  AdaMuon(AdaMuonOptions o, MuonOptions ns, std::vector<int64_t> shape) : o_(o), ns_(std::move(ns)), shape_(std::move(shape)) {
-    TORCH_CHECK(shape_.size() == 2, "adamuon: needs a 2-D parameter, got ", shape_.size(), "-D");
-    validate(o_), validate(ns_);
-  }
+  AdaMuon(AdaMuonOptions o, MuonOptions ns, std::vector<int64_t> shape) : MuonFamily("adamuon", o, std::move(ns), std::move(shape)) {}
   OptimizerKind kind() const override { return OptimizerKind::adamuon; }
-  void set_lr_factor(double factor) override { o_.lr = base_lr_ * factor; }
   void step(at::Tensor& param, const at::Tensor& grad) override {
     check_matrix_step("adamuon", param, grad);
     if (!m_.defined()) m_ = at::zeros_like(grad), v_ = at::zeros_like(grad);
@@ -110,8 +123,7 @@ class AdaMuon final : public TensorOptimizer {
   std::map<std::string, double> scalars() const override { return {{"step", static_cast<double>(t_)}}; }
   void load_state(const std::map<std::string, at::Tensor>& state, const std::map<std::string, double>& scalars,
                   const std::vector<int64_t>& param_shape) override {
-    check_param_shape("adamuon", shape_, param_shape);
-    StateLoader in("adamuon", state, scalars);
+    StateLoader in = loader(state, scalars, param_shape);
     at::Tensor m, v;
     if (!in.empty()) m = in.take("m", shape_), v = in.take("v", shape_);
     const int64_t t = scalars.empty() ? 0 : in.counter("step");
@@ -121,10 +133,6 @@ class AdaMuon final : public TensorOptimizer {
   }
 
  private:
-  AdaMuonOptions o_;
-  MuonOptions ns_;
-  double base_lr_ = o_.lr;
-  std::vector<int64_t> shape_;
   at::Tensor m_, v_;
   int64_t t_ = 0;
 };

@@ -117,13 +117,9 @@ std::vector<Case> cases() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
-    return 2;
-  }
+  const std::string dir = mfsdp::optim_parity::out_dir_arg(argc, argv);
   // One thread here and in check_matrix_optim.py: the same BLAS code paths on both sides.
   at::set_num_threads(1);
-  const std::string dir = argv[1];
   nlohmann::json manifest = nlohmann::json::array();
   at::Generator gen = make_shared_generator(2025);
   int id = 0;

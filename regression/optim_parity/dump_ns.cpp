@@ -25,11 +25,7 @@ nlohmann::json triple(const NsTriple& t) { return nlohmann::json::array({t.a, t.
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
-    return 2;
-  }
-  const std::string dir = argv[1];
+  const std::string dir = optim_parity::out_dir_arg(argc, argv);
   const MuonOptions defaults;
   const NsTriple torch_triple{defaults.ns_a, defaults.ns_b, defaults.ns_c};
   nlohmann::json tables = nlohmann::json::array();

@@ -20,11 +20,7 @@ using optim_parity::write_raw;
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
-    return 2;
-  }
-  const std::string dir = argv[1];
+  const std::string dir = optim_parity::out_dir_arg(argc, argv);
   constexpr int kSteps = 6;
   const std::vector<std::vector<int64_t>> shapes{{32, 32}, {48, 16}, {16, 48}, {1, 40}, {40, 1}, {7, 13}};
   nlohmann::json manifest = nlohmann::json::array();
