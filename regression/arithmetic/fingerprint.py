@@ -19,10 +19,15 @@ A resumed training reads another training's checkpoint (a reshard onto another W
 covered too.
 
 The bits depend on the CPU kernels (ATen's capability and oneDNN's instruction set: the bf16
-matmuls of Newton-Schulz round differently per ISA, as the goldens found), so FILE keeps one record
-per platform, "<ATen capability>-<oneDNN ISA>" as golden/cpu/ names them. A platform with no record
-is reported and compared with nothing (not a failure: a refactor guard needs its own platform's
-bits, recorded with --write before the refactor).
+matmuls of Newton-Schulz round differently per ISA, as the goldens found) and on the caches the
+BLAS blocks its products for: two 2-core AMD EPYCs with the same ISA, one with an 8 MiB L3 and one
+with 32 MiB, differ from the second step of a W = 3 DDP run at --batch 2 --seq 16 on every commit
+tried (the same binary of 10f4f53 on both). So FILE keeps one record per platform,
+"<ATen capability>-<oneDNN ISA>-l2_<KiB>-l3_<KiB>" (the per-instance L2 and L3 sizes of cpu0, from
+sysfs). Records keyed without the cache sizes (made before they were part of the key) are kept
+and compared with nothing. A platform with no record is reported and compared with nothing (not a
+failure: a refactor guard needs its own platform's bits, recorded with --write before the
+refactor).
 
   fingerprint.py MFSDP FILE            compare with FILE's record for this platform (exit 1 naming
                                        every difference)
@@ -198,9 +203,29 @@ def onednn_isa():
     return isa
 
 
+def cache_kib(level):
+    """cpu0's data or unified cache of this level in KiB, from sysfs; 0 when it does not say."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    for index in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(f"{base}/{index}/level") as f:
+                lv = int(f.read())
+            with open(f"{base}/{index}/type") as f:
+                kind = f.read().strip()
+            with open(f"{base}/{index}/size") as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if lv != level or kind == "Instruction":
+            continue
+        unit = {"K": 1, "M": 1024, "G": 1024 * 1024}.get(size[-1:].upper(), None)
+        return int(size[:-1]) * unit if unit else int(size) // 1024
+    return 0
+
+
 def platform(mfsdp):
     env = json.loads(subprocess.run([mfsdp, "env", "--json"], check=True, capture_output=True, text=True).stdout)
-    return f"{env['cpu_capability'].lower()}-{onednn_isa()}"
+    return f"{env['cpu_capability'].lower()}-{onednn_isa()}-l2_{cache_kib(2)}-l3_{cache_kib(3)}"
 
 
 def main():
@@ -232,7 +257,8 @@ def main():
     if a.write:
         records[here] = {"trainings": got}
         doc = {"what": "bits of every loss and SHA-256 of every checkpoint file of the listed trainings, per platform "
-                       "(<ATen capability>-<oneDNN ISA>)",
+                       "(<ATen capability>-<oneDNN ISA>-l2_<KiB>-l3_<KiB>; records keyed without the cache sizes predate "
+                       "them in the key and are compared with nothing)",
                "regenerate": "python3 regression/arithmetic/fingerprint.py build/mfsdp "
                              "regression/arithmetic/fingerprint.json --write",
                "base_args": " ".join(BASE), "platforms": dict(sorted(records.items()))}
