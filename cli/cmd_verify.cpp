@@ -52,6 +52,11 @@ void report(const VerifyArgs& a, const TrainConfig& config, int world_size, cons
       j["grad_norm_runtime"] = v.grad_norm_runtime;
       j["grad_norm_oracle"] = v.grad_norm_oracle;
     }
+    if (a.step.qk_clip_tau) {
+      j["qk_clip_tau"] = *a.step.qk_clip_tau;
+      j["qk_max_logit_runtime"] = v.qk_max_logit_runtime, j["qk_max_logit_oracle"] = v.qk_max_logit_oracle;
+      j["qk_clipped_heads_runtime"] = v.qk_clipped_runtime, j["qk_clipped_heads_oracle"] = v.qk_clipped_oracle;
+    }
     if (a.run.fast)
       j["fast_tolerance"] = {{"steps_judged", judged}, {"max_param_abs", v.fast.max_param_abs},
                              {"bound_param_abs", v.tolerance.max_param_abs}, {"max_loss_rel", v.fast.max_loss_rel},
@@ -75,22 +80,30 @@ void report(const VerifyArgs& a, const TrainConfig& config, int world_size, cons
   if (a.step.max_norm)
     std::printf("clipping: every gradient scaled by min(1, %g / (norm + 1e-6)), the norm over all mean gradients (phase "
                 "grad_norm)\n", *a.step.max_norm);
+  if (a.step.qk_clip_tau)
+    std::printf("qk-clip: tau %g; after each update the q and k rows of heads whose largest logit exceeded it scaled by "
+                "sqrt(tau / logit) (the largest logit agreed in phase qk_clip)\n", *a.step.qk_clip_tau);
   const bool norms = !v.grad_norm_runtime.empty() && v.grad_norm_runtime.size() == v.grad_norm_oracle.size() &&
                      v.grad_norm_runtime.size() == v.loss_runtime.size();
-  std::printf("%5s %22s %22s%s\n", "step", "loss (runtime)", "loss (oracle)",
-              norms ? "    grad norm (runtime)     grad norm (oracle)" : "");
+  const bool qk = !v.qk_max_logit_runtime.empty() && v.qk_max_logit_runtime.size() == v.qk_max_logit_oracle.size() &&
+                  v.qk_max_logit_runtime.size() == v.loss_runtime.size();
+  std::printf("%5s %22s %22s%s%s\n", "step", "loss (runtime)", "loss (oracle)",
+              norms ? "    grad norm (runtime)     grad norm (oracle)" : "", qk ? "   max logit  clipped heads" : "");
   for (size_t s = 0; s < v.loss_runtime.size(); ++s) {
     const bool same = v.loss_runtime[s] == v.loss_oracle[s] &&
-                      (!norms || std::memcmp(&v.grad_norm_runtime[s], &v.grad_norm_oracle[s], sizeof(double)) == 0);
+                      (!norms || std::memcmp(&v.grad_norm_runtime[s], &v.grad_norm_oracle[s], sizeof(double)) == 0) &&
+                      (!qk || (std::memcmp(&v.qk_max_logit_runtime[s], &v.qk_max_logit_oracle[s], sizeof(double)) == 0 &&
+                               v.qk_clipped_runtime[s] == v.qk_clipped_oracle[s]));
     std::printf("%5zu %22.17g %22.17g", s + 1, v.loss_runtime[s], v.loss_oracle[s]);
     if (norms) std::printf(" %22.9g %22.9g", v.grad_norm_runtime[s], v.grad_norm_oracle[s]);
+    if (qk) std::printf(" %11.6g %14lld", v.qk_max_logit_runtime[s], static_cast<long long>(v.qk_clipped_runtime[s]));
     std::printf("%s\n", same ? "" : "  DIFFERS");
   }
   auto sent = [](const std::array<PhaseCounters, kNumPhases>& b, Phase p) { return static_cast<long long>(b[phase_index(p)].bytes_sent); };
-  std::printf("bytes in the last step (rank 0, sent): %s unshard %lld, grad_reduce %lld, grad_norm %lld, optimizer_step %lld "
+  std::printf("bytes in the last step (rank 0, sent): %s unshard %lld, grad_reduce %lld, grad_norm %lld, qk_clip %lld, optimizer_step %lld "
               "(%lld calls) | oracle grad_reduce %lld, optimizer_step %lld\n",
               a.placement.c_str(), sent(v.runtime_bytes, Phase::unshard), sent(v.runtime_bytes, Phase::grad_reduce),
-              sent(v.runtime_bytes, Phase::grad_norm), sent(v.runtime_bytes, Phase::optimizer_step),
+              sent(v.runtime_bytes, Phase::grad_norm), sent(v.runtime_bytes, Phase::qk_clip), sent(v.runtime_bytes, Phase::optimizer_step),
               static_cast<long long>(v.runtime_bytes[phase_index(Phase::optimizer_step)].calls),
               sent(v.oracle_bytes, Phase::grad_reduce), sent(v.oracle_bytes, Phase::optimizer_step));
   std::printf("%s: every parameter after every step and every loss %s (max |diff| %g, max ULP %g)\n",

@@ -47,6 +47,7 @@ struct RunOptions {
   StepMode step_mode = StepMode::replicated;
   std::string param_dtype, reduce_dtype, output_dtype;  // empty: not given
   bool tie_embeddings = false;
+  int64_t kv_heads = 0;  // grouped-query attention's key/value heads; 0: as many as query heads
   MoeArgs moe;
   bool fast = false;
   bool prefetch = false;
@@ -89,6 +90,7 @@ struct StepArgs {
   int grad_accum = 1;
   GradReduce grad_reduce = GradReduce::per_microbatch;
   std::optional<double> max_norm;  // clipping; unset: none
+  std::optional<double> qk_clip_tau;  // QK-clip's threshold; unset: none
   ScheduleArgs schedule;
   uint64_t seed = 0;
   int timeout_s = 60;

@@ -14,6 +14,7 @@ Trajectory to_trajectory(TrainResult result) {
   for (const auto& m : result.steps) {
     t.local_losses.push_back(m.local_loss);
     if (m.grad_norm) t.grad_norms.push_back(*m.grad_norm);
+    if (m.qk_max_logit) t.qk_max_logits.push_back(*m.qk_max_logit), t.qk_clipped_heads.push_back(m.qk_clipped_heads);
   }
   if (!result.steps.empty()) t.last_step_bytes = result.steps.back().bytes;
   t.params = std::move(result.params_per_step);
@@ -51,6 +52,11 @@ Comparison compare(const Trajectory& control, const Trajectory& experiment) {
                              std::to_string(experiment.grad_norms.size()) + " steps");
     return c;
   }
+  if (control.qk_max_logits.size() != experiment.qk_max_logits.size()) {
+    fail(0, "qk-clip", "QK-clip statistics of " + std::to_string(control.qk_max_logits.size()) + " vs " +
+                           std::to_string(experiment.qk_max_logits.size()) + " steps");
+    return c;
+  }
   for (size_t s = 0; s < control.params.size(); ++s) {
     const double a = control.local_losses[s], b = experiment.local_losses[s];
     if (std::memcmp(&a, &b, sizeof(double)) != 0) {
@@ -60,6 +66,13 @@ Comparison compare(const Trajectory& control, const Trajectory& experiment) {
     if (s < control.grad_norms.size() && std::memcmp(&control.grad_norms[s], &experiment.grad_norms[s], sizeof(double)) != 0)
       fail(static_cast<int>(s) + 1, "grad norm",
            "grad norm " + std::to_string(control.grad_norms[s]) + " vs " + std::to_string(experiment.grad_norms[s]));
+    if (s < control.qk_max_logits.size() &&
+        (std::memcmp(&control.qk_max_logits[s], &experiment.qk_max_logits[s], sizeof(double)) != 0 ||
+         control.qk_clipped_heads[s] != experiment.qk_clipped_heads[s]))
+      fail(static_cast<int>(s) + 1, "qk-clip",
+           "largest logit " + std::to_string(control.qk_max_logits[s]) + " vs " + std::to_string(experiment.qk_max_logits[s]) +
+               ", clipped heads " + std::to_string(control.qk_clipped_heads[s]) + " vs " +
+               std::to_string(experiment.qk_clipped_heads[s]));
     for (const auto& [name, want] : control.params[s]) {
       auto it = experiment.params[s].find(name);
       if (it == experiment.params[s].end()) {

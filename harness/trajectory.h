@@ -14,6 +14,9 @@ namespace mfsdp {
 struct Trajectory {
   std::vector<double> local_losses;
   std::vector<double> grad_norms;  // clipping: each step's total norm before clipping; else empty
+  // QK-clip: each step's largest attention logit and the query heads it rescaled; else empty.
+  std::vector<double> qk_max_logits;
+  std::vector<int64_t> qk_clipped_heads;
   std::vector<ParamMap> params;
   std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
 };
@@ -35,7 +38,8 @@ struct Comparison {
   std::string detail;
 };
 
-// Compares every loss, every clipping norm and every parameter after every step, bit for bit.
+// Compares every loss, every clipping norm, every QK-clip statistic and clipped-head count, and every
+// parameter after every step, bit for bit.
 Comparison compare(const Trajectory& control, const Trajectory& experiment);
 
 // Fast mode (native reduce, any summation order) is not bitwise; it is held to a tolerance model

@@ -37,6 +37,8 @@ VerifyVerdict verify_against_oracle(RankContext& ctx, const TrainConfig& config)
   v.loss_oracle = mean_over_ranks(comm, oracle.local_losses);
   v.grad_norm_runtime = owner.grad_norms;
   v.grad_norm_oracle = oracle.grad_norms;
+  v.qk_max_logit_runtime = owner.qk_max_logits, v.qk_max_logit_oracle = oracle.qk_max_logits;
+  v.qk_clipped_runtime = owner.qk_clipped_heads, v.qk_clipped_oracle = oracle.qk_clipped_heads;
   v.tolerance = fast_tolerance(config.runtime.optimizer, config.runtime.precision.reduce_dtype);
   v.runtime_bytes = owner.last_step_bytes;
   v.oracle_bytes = oracle.last_step_bytes;

@@ -28,6 +28,10 @@ struct VerifyVerdict {
   // Clipping: the total gradient norm before clipping per step (this rank's; every rank's is the
   // same, and compared bit for bit with the rest), of the placement and of the oracle.
   std::vector<double> grad_norm_runtime, grad_norm_oracle;
+  // QK-clip: per step the largest attention logit and the query heads rescaled (every rank's are
+  // the same), of the placement and of the oracle.
+  std::vector<double> qk_max_logit_runtime, qk_max_logit_oracle;
+  std::vector<int64_t> qk_clipped_runtime, qk_clipped_oracle;
   // This rank's bytes per phase in the last step.
   std::array<PhaseCounters, kNumPhases> runtime_bytes{}, oracle_bytes{};
   // This rank's first difference (empty when it saw none).

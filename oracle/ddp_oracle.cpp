@@ -81,6 +81,10 @@ void DdpOracle::set_lr_factor(double factor) {
   for (auto& [name, o] : optimizers_) o->set_lr_factor(factor);
 }
 
+void DdpOracle::scale_rows(const std::string& name, const at::Tensor& row_scale) {
+  scale_held_rows(params_.at(name), row_scale, 0);
+}
+
 ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
 
 ParamMap DdpOracle::full_grads() { return cpu_copies(grads_); }

@@ -50,6 +50,7 @@ class DdpOracle : public PlacementRunner {
   // Every rank updates every parameter; a non-finite clipping norm skips the update (reported).
   Update update() override;
   void set_lr_factor(double factor) override;  // every parameter's optimizer
+  void scale_rows(const std::string& name, const at::Tensor& row_scale) override;  // every rank, in full
   ParamMap full_params() override;
   ParamMap full_grads() override;
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full

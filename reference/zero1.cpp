@@ -125,6 +125,9 @@ class Zero1Runner final : public PlacementRunner {
   }
 
   ParamMap full_params() override { return cpu_copies(params_); }
+  void scale_rows(const std::string& name, const at::Tensor& row_scale) override {
+    scale_held_rows(params_.at(name), row_scale, 0);  // every rank holds it in full, updated by the broadcast
+  }
 
   int64_t resident_bytes() const override {
     int64_t n = 0;

@@ -66,6 +66,18 @@ c10::intrusive_ptr<c10d::Work> Communicator::allreduce_sum(at::Tensor& tensor) {
   return backend_->allreduce(ts);
 }
 
+c10::intrusive_ptr<c10d::Work> Communicator::allreduce_max(at::Tensor& tensor) {
+  require_contiguous(tensor, "allreduce");
+  auto& c = current();
+  ++c.calls;
+  c.bytes_sent += tensor.nbytes() * (world_size_ - 1);
+  c.bytes_recv += tensor.nbytes() * (world_size_ - 1);
+  std::vector<at::Tensor> ts{tensor};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  return backend_->allreduce(ts, o);
+}
+
 c10::intrusive_ptr<c10d::Work> Communicator::allgather(at::Tensor& output, at::Tensor& input) {
   require_contiguous(output, "allgather");
   require_contiguous(input, "allgather");

@@ -53,6 +53,9 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> broadcast(at::Tensor& tensor, int root);
   c10::intrusive_ptr<c10d::Work> reduce_sum(at::Tensor& tensor, int root);
   c10::intrusive_ptr<c10d::Work> allreduce_sum(at::Tensor& tensor);
+  // Elementwise largest over ranks (exact in any order for values without NaN: max is associative
+  // and commutative; callers replace NaN first, since the order MAX compares them in is not defined).
+  c10::intrusive_ptr<c10d::Work> allreduce_max(at::Tensor& tensor);
   c10::intrusive_ptr<c10d::Work> allgather(at::Tensor& output, at::Tensor& input);
   // `input` holds W equal chunks; rank r's `output` receives the sum of every rank's chunk r.
   c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(at::Tensor& output, at::Tensor& input);

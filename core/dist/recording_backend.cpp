@@ -28,6 +28,7 @@ const char* to_string(Phase phase) {
     case Phase::other: return "other";
     case Phase::update_broadcast: return "update_broadcast";
     case Phase::grad_norm: return "grad_norm";
+    case Phase::qk_clip: return "qk_clip";
   }
   TORCH_INTERNAL_ASSERT(false, "unknown Phase");
 }

@@ -23,8 +23,10 @@ namespace mfsdp {
 // (core/runtime/owner_runtime.h); last so the older phases keep their indices.
 // grad_norm: the global gradient norm of clipping (core/runtime/clipping.h), between the reduction
 // and the step.
-enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other, update_broadcast, grad_norm };
-constexpr int kNumPhases = 7;
+// qk_clip: QK-clip's agreement on each head's largest attention logit (core/train/qk_clip.h),
+// between the last micro-batch and the step.
+enum class Phase { unshard, grad_reduce, optimizer_step, checkpoint, other, update_broadcast, grad_norm, qk_clip };
+constexpr int kNumPhases = 8;
 const char* to_string(Phase phase);
 // Where `phase` sits in a per-phase array (std::array<..., kNumPhases>): arrays are indexed by name.
 constexpr size_t phase_index(Phase phase) { return static_cast<size_t>(phase); }

@@ -26,6 +26,7 @@ std::string describe_run(const TrainConfig& c, int world_size, const std::string
                                 static_cast<long long>(c.batch), static_cast<long long>(c.seq), to_string(r.grad_reduce))
                        : std::string();
   std::string clipping = r.max_norm > 0 ? format(", gradient norm clipped at %g", r.max_norm) : std::string();
+  if (c.qk_clip_tau > 0) clipping += format(", qk-clip tau %g (%lld kv heads)", c.qk_clip_tau, static_cast<long long>(c.model.kv_heads));
   if (scheduled(c.lr_schedule)) clipping += ", lr schedule " + describe(resolve_decay_steps(c.lr_schedule, c.steps));
   return format("placement %s, %d rank(s) on %s over %s, planner %s, tail %s, optimizer %s, %s reduction%s, "
                 "precision %s over fp32 masters,%s %d steps of %lld x %lld tokens per rank%s%s",
@@ -49,6 +50,7 @@ std::string progress_line(const StepMetrics& m, int total_steps) {
   if (update.calls != 0) line += "  update broadcast " + human_bytes(update.bytes_sent + update.bytes_recv);
   if (m.grad_norm) line += format("  grad norm %.4g", *m.grad_norm);
   if (m.lr_scheduled) line += format("  lr x%.4g", m.lr_factor);
+  if (m.qk_max_logit) line += format("  max logit %.4g, %lld head(s) clipped", *m.qk_max_logit, static_cast<long long>(m.qk_clipped_heads));
   line += "  | resident " + human_bytes(m.resident_bytes) + "  peak gathered " + human_bytes(m.peak_gathered_bytes);
   if (m.skipped)
     line += m.non_finite_norm ? std::string("  SKIPPED: non-finite gradient norm (every gradient finite)")
@@ -64,6 +66,7 @@ nlohmann::ordered_json metrics_row(const StepMetrics& m) {
                            {"resident_bytes", m.resident_bytes}, {"peak_gathered_bytes", m.peak_gathered_bytes},
                            {"skipped", m.skipped}};
   if (m.grad_norm) j["grad_norm"] = *m.grad_norm;  // before clipping; null when not finite
+  if (m.qk_max_logit) j["qk_max_logit"] = *m.qk_max_logit, j["qk_clipped_heads"] = m.qk_clipped_heads;  // null when not finite
   if (m.lr_scheduled) j["lr_factor"] = m.lr_factor, j["optimizer_steps"] = m.optimizer_steps;
   if (m.peak_accumulation_bytes > 0) j["peak_accumulation_bytes"] = m.peak_accumulation_bytes;
   if (!m.checkpoint.empty()) j["checkpoint"] = {{"dir", m.checkpoint}, {"ms", 1e3 * m.checkpoint_s}};

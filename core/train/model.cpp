@@ -3,6 +3,7 @@
 #include "core/dist/determinism.h"
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/amax.h>
 #include <ATen/ops/argsort.h>
 #include <ATen/ops/bincount.h>
 #include <ATen/ops/cat.h>
@@ -11,6 +12,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
+#include <ATen/ops/maximum.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/silu.h>
@@ -144,6 +146,10 @@ at::Tensor TransformerModel::block(int64_t layer, const at::Tensor& input, const
   at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hd)));
   at::Tensor future = at::triu(at::ones({S, S}, at::TensorOptions().dtype(at::kBool).device(x.device())), 1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  if (logit_sink_) {  // every row keeps its diagonal, so each head's max is over unmasked pairs
+    at::Tensor row = logit_sink_->select(0, layer);
+    row.copy_(at::maximum(row, scores.detach().amax({0, 2, 3}).to(at::kFloat)));
+  }
   at::Tensor probs = attention_softmax(scores, v.scalar_type());
   at::Tensor attn = at::matmul(probs, v).transpose(1, 2).reshape({B, S, H});
   at::Tensor y = x + at::linear(attn, get(p, pre + "attn.o.weight"));

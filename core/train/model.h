@@ -50,12 +50,21 @@ class TransformerModel {
   // All units in order, on full parameters: the plain reference forward.
   at::Tensor loss(const at::Tensor& tokens, const at::Tensor& targets, const ParamMap& params) const;
 
+  // QK-clip's statistic (core/train/qk_clip.h): while `sink` is set (a float32 [layers, heads]
+  // tensor on the compute device), every block's forward raises row `layer` of it to the largest
+  // attention logit of each head: the scores after the 1/sqrt(head_dim) scale, over the unmasked
+  // (causal) pairs of every sequence, as the softmax reads them; NaN wins. A recomputed forward
+  // records the same values again, which leaves the maximum as it was. Null: nothing recorded.
+  // One model per rank (train_loop's), so no two threads share a sink.
+  void record_max_logits(at::Tensor* sink) const { logit_sink_ = sink; }
+
  private:
   at::Tensor block(int64_t layer, const at::Tensor& x, const ParamMap& p) const;
   at::Tensor experts(const std::string& prefix, const at::Tensor& h, const ParamMap& p) const;
   TransformerConfig config_;
   ModelSpec spec_;
   std::optional<c10::ScalarType> output_dtype_;
+  mutable at::Tensor* logit_sink_ = nullptr;
 };
 
 }  // namespace mfsdp

@@ -84,6 +84,12 @@ class OwnerRunner : public PlacementRunner {
     return r;
   }
   void set_lr_factor(double factor) override { rt_.set_lr_factor(factor); }
+  void scale_rows(const std::string& name, const at::Tensor& row_scale) override {
+    const ShardSlice* mine = plan_.shard(name).slice_on(rt_.comm().rank());  // the shard group's rank: every replica
+    if (!mine) return;
+    const at::Tensor held = rt_.local_param(name);
+    if (held.defined()) scale_held_rows(held.narrow(0, 0, mine->rows), row_scale, mine->row_begin);
+  }
   ParamMap full_params() override { return rt_.gather_full_params(); }
   ParamMap full_grads() override { return rt_.gather_full_grads(); }
   std::string save_checkpoint(const std::string& root, int64_t step, const TrainConfig& config,

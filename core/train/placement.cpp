@@ -5,6 +5,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <vector>
+
 namespace mfsdp {
 namespace {
 
@@ -35,6 +37,17 @@ std::string PlacementRunner::save_checkpoint(const std::string&, int64_t, const 
 
 ParamMap PlacementRunner::full_grads() {
   TORCH_CHECK(false, "gradients: this placement cannot report its gradients (owner, reconstruct, alltoall and ddp can)");
+}
+
+void PlacementRunner::scale_rows(const std::string& name, const at::Tensor&) {
+  TORCH_CHECK(false, "train: this placement cannot rescale rows of '", name, "' for QK-clip");
+}
+
+void scale_held_rows(const at::Tensor& held, const at::Tensor& row_scale, int64_t begin) {
+  if (held.size(0) == 0) return;
+  std::vector<int64_t> shape(held.dim(), 1);
+  shape[0] = held.size(0);
+  held.detach().mul_(row_scale.narrow(0, begin, held.size(0)).to(held.scalar_type()).view(shape));
 }
 
 ResumeInfo PlacementRunner::load_checkpoint(const std::string&, const TrainConfig& config) {

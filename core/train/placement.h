@@ -99,6 +99,10 @@ class PlacementRunner {
   // Gradient accumulation's sums between micro-batches, the most at once (owner runtime; 0 elsewhere).
   virtual int64_t peak_accumulation_bytes() const { return 0; }
   virtual uint64_t plan_hash() const { return 0; }
+  // QK-clip's rescale after an update (core/train/qk_clip.h): row r of parameter `name` times
+  // row_scale[r] (a [rows] float32 tensor on the compute device) wherever this rank stores that
+  // row; no collective. Placements that cannot say so.
+  virtual void scale_rows(const std::string& name, const at::Tensor& row_scale);
   // Communicators the runner issues collectives through besides the world's (HSDP's shard and
   // replicate groups): train_loop resets them each step and adds their counters to the step's.
   virtual std::vector<Communicator*> communicators() { return {}; }
@@ -109,6 +113,10 @@ class PlacementRunner {
                                       const LoopState& loop);
   virtual ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config);
 };
+// `held` holds rows [begin, begin + held.size(0)) of a parameter: each row times its entry of the
+// parameter's row_scale, cast to held's dtype first (as MuonClip casts its scales), in place.
+void scale_held_rows(const at::Tensor& held, const at::Tensor& row_scale, int64_t begin);
+
 using PlacementRunnerFactory =
     std::function<std::unique_ptr<PlacementRunner>(const TransformerModel& model, Communicator& comm, const ParamMap& init)>;
 

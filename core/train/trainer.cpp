@@ -4,6 +4,7 @@
 #include "core/io/checkpoint.h"
 #include "core/io/checkpoint_dir.h"
 #include "core/runtime/clipping.h"
+#include "core/train/qk_clip.h"
 #include "core/util/files.h"
 
 #include <ATen/ops/empty.h>
@@ -208,6 +209,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
   TORCH_CHECK(config.grad_accum >= 1 && config.grad_accum <= kMaxGradAccum, "train: gradient accumulation needs 1 to ",
               kMaxGradAccum, " micro-batches per step, got ", config.grad_accum);
   if (config.runtime.max_norm != 0) check_max_norm(config.runtime.max_norm, "train");
+  if (config.qk_clip_tau != 0) check_qk_clip(config.qk_clip_tau, config.runtime.optimizer, config.model);
   // One fact, one value: the plan is balanced for the optimizer the run steps with.
   TORCH_CHECK(config.planner.optimizer == config.runtime.optimizer, "train: the plan is balanced for ",
               to_string(config.planner.optimizer), " but the run steps with ", to_string(config.runtime.optimizer),
@@ -269,6 +271,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     if (config.on_resume) config.on_resume(result.resumed);
   }
   TORCH_CHECK(!config.full_grads || config.on_full_state, "train: full_grads needs on_full_state");
+  std::optional<QkClip> qk_clip;
+  if (config.qk_clip_tau > 0) qk_clip.emplace(config.model, config.qk_clip_tau, device);
   if (config.on_full_state) config.on_full_state(start, nullptr, stepper->full_params(), nullptr);
   for (int step = start; step < config.steps; ++step) {
     StepMetrics m;
@@ -288,6 +292,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     // forward and backward and (per micro-batch mode) the reduction; after the last one every
     // gradient is reduced to where it is stepped; then the update.
     double loss_sum = 0;
+    if (qk_clip) qk_clip->begin_step(model);
     for (int mi = 0; mi < K; ++mi) {
       const auto rows = [&](const at::Tensor& t) { return K == 1 ? t : t.narrow(0, mi * config.batch, config.batch); };
       const PlacementRunner::Gradients g =
@@ -297,6 +302,8 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
       m.backward_s += g.backward_s;
     }
     m.local_loss = K == 1 ? loss_sum : loss_sum / K;
+    std::optional<QkLogits> qk_logits;  // QK-clip's statistic, agreed before the update (phase qk_clip)
+    if (qk_clip) qk_logits = qk_clip->agree(comm, model, config.runtime.non_finite, m.step);
     std::optional<ParamMap> grads;
     if (config.full_grads) grads = stepper->full_grads();
     m.lr_scheduled = scheduled(schedule);
@@ -310,6 +317,10 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     m.non_finite_parameter = u.non_finite_parameter;
     m.grad_norm = u.grad_norm;
     m.non_finite_norm = u.non_finite_norm;
+    if (qk_logits) {  // post-step: q and k rescaled where they are stored; no collective
+      m.qk_max_logit = qk_logits->max();
+      if (!u.skipped && qk_logits->non_finite_rank < 0) m.qk_clipped_heads = qk_clip->apply(*stepper, *qk_logits);
+    }
     if (!config.checkpoint_dir.empty() && config.checkpoint_every > 0 &&
         (m.step % config.checkpoint_every == 0 || m.step == config.steps)) {
       const auto t0 = std::chrono::steady_clock::now();

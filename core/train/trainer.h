@@ -43,6 +43,9 @@ struct TrainConfig {
   // λ(t), t the optimizer steps taken. An unset decay length is resolved once, from the steps of
   // the run that starts the schedule, and then kept in its checkpoints.
   LrSchedule lr_schedule;
+  // QK-clip (core/train/qk_clip.h): after every update, the q and k rows of each head whose largest
+  // attention logit went above tau are scaled down to it. 0: off, and no logit recorded.
+  double qk_clip_tau = 0;
   uint64_t seed = 0;
   std::string data;  // corpus path; empty = the default corpus
   // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
@@ -98,6 +101,11 @@ struct StepMetrics {
   // same on every rank; non_finite_norm: it was not finite though every gradient was.
   std::optional<double> grad_norm;
   bool non_finite_norm = false;
+  // QK-clip (TrainConfig::qk_clip_tau > 0): the largest attention logit of the step over every
+  // head, block and rank (+inf when one was not finite), and the query heads it rescaled (0 when
+  // the step was skipped, or its clip left out under the skip policy).
+  std::optional<double> qk_max_logit;
+  int64_t qk_clipped_heads = 0;
   bool lr_scheduled = false;  // the run has a schedule (scheduled(TrainConfig::lr_schedule))
   double lr_factor = 1;  // the schedule's λ(t) this step's update used
   int64_t optimizer_steps = 0;  // t after this step: the optimizer steps taken so far (skipped steps take none)
