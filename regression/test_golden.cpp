@@ -166,6 +166,8 @@ std::string golden_file(const TrainConfig& c, int W) {
     std::replace(v.begin(), v.end(), '-', '_');
     step += "ns_" + v + "_";
   }
+  if (c.qk_clip_tau > 0) step += "qk_clip_";
+  if (c.model.kv_heads != c.model.heads) step += "kv" + std::to_string(c.model.kv_heads) + "_";
   return std::string("tiny_") + (c.model.tie_embeddings ? "tied_" : "") + (c.model.experts > 0 ? "moe_" : "") + step + mesh + "_" +
          to_string(c.runtime.optimizer) + (c.runtime.precision.param_dtype == c10::kBFloat16 ? "_bf16" : "") + ".json";
 }
@@ -278,6 +280,13 @@ void check_golden(int W, const TrainConfig& config) {
       const NsVariantInfo& v = ns_variant_info(config.runtime.muon.ns_variant);
       j["ns_variant"] = v.name, j["ns_variant_source"] = v.source, j["ns_steps"] = config.runtime.muon.ns_steps;
     }
+    if (config.qk_clip_tau > 0) {
+      j["qk_clip_tau"] = config.qk_clip_tau;
+      std::vector<double> max_logits;
+      std::vector<int64_t> clipped;
+      for (const StepMetrics& m : result.steps) max_logits.push_back(m.qk_max_logit.value_or(0)), clipped.push_back(m.qk_clipped_heads);
+      j["qk_max_logit"] = max_logits, j["qk_clipped_heads"] = clipped;
+    }
     const std::string dir = path.substr(0, path.rfind('/'));
     ::mkdir(dir.substr(0, dir.rfind('/')).c_str(), 0755);
     ::mkdir(dir.c_str(), 0755);
@@ -292,7 +301,7 @@ void check_golden(int W, const TrainConfig& config) {
   // A family made on some platforms only (accumulation and clipping: the AVX2 set so far) has
   // nothing to compare with elsewhere: said, not failed.
   if (!path_exists(read_path) && (config.grad_accum > 1 || config.runtime.max_norm > 0 || scheduled(config.lr_schedule) ||
-                                  config.runtime.activation_checkpointing || config.runtime.muon.ns_variant != NsVariant::torch ||
+                                  config.runtime.activation_checkpointing || config.runtime.muon.ns_variant != NsVariant::torch || config.qk_clip_tau > 0 ||
                                   optimizer == OptimizerKind::normuon || optimizer == OptimizerKind::adamuon))
     GTEST_SKIP() << file << " has not been made on any platform like this one (" << fingerprint().dump()
                  << "); make it here with: " << kRegenerate;
@@ -313,6 +322,8 @@ void check_golden(int W, const TrainConfig& config) {
   ASSERT_EQ(g.value("activation_checkpointing", false), config.runtime.activation_checkpointing) << read_path;
   ASSERT_EQ(g.value("ns_variant", std::string("torch")), to_string(config.runtime.muon.ns_variant)) << read_path;
   if (g.contains("ns_steps")) ASSERT_EQ(g.at("ns_steps").get<int>(), config.runtime.muon.ns_steps) << read_path;
+  ASSERT_EQ(g.value("qk_clip_tau", 0.0), config.qk_clip_tau) << read_path;
+  ASSERT_EQ(g.at("model").value("kv_heads", config.model.heads), config.model.kv_heads) << read_path;
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);
   // Made before the precision record: float32 throughout.
   ASSERT_EQ(g.contains("precision") ? nlohmann::json(g.at("precision")) : precision_to_json(PrecisionPolicy{}),
@@ -499,6 +510,29 @@ INSTANTIATE_TEST_SUITE_P(Tiny, NsVariantGolden, ::testing::ValuesIn(non_default_
                            std::string v = to_string(info.param);
                            std::replace(v.begin(), v.end(), '-', '_');
                            return "W3_muon_ns_" + v;
+                         });
+
+// QK-clip at tau 0.1 (below the tiny model's largest logits, so heads are clipped from the first
+// steps on; the per-step largest logit and clipped-head count are recorded too): Muon at W = 3 and
+// 5 with plain and grouped-query (2 kv heads) attention, fp32 and bf16, 30 steps.
+using QkClipGoldenParam = std::tuple<int, int64_t, c10::ScalarType>;
+class QkClipGolden : public ::testing::TestWithParam<QkClipGoldenParam> {};
+
+TEST_P(QkClipGolden, TrajectoryMatchesTheStoredOne) {
+  const auto [W, kv_heads, dtype] = GetParam();
+  TrainConfig c = golden_config(W, OptimizerKind::muon, dtype);
+  c.model.kv_heads = kv_heads;
+  c.qk_clip_tau = 0.1;
+  check_golden(W, c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, QkClipGolden,
+                         ::testing::Combine(::testing::Values(3, 5), ::testing::Values(int64_t{4}, int64_t{2}),
+                                            ::testing::Values(c10::kFloat, c10::kBFloat16)),
+                         [](const ::testing::TestParamInfo<QkClipGoldenParam>& info) {
+                           return "W" + std::to_string(std::get<0>(info.param)) + "_muon_qk_clip_kv" +
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) == c10::kBFloat16 ? "_bf16" : "");
                          });
 
 // NorMuon and AdaMuon at W = 3, fp32 and bf16 compute copies (their options: pytorch-optimizer's
