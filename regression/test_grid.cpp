@@ -29,8 +29,8 @@ constexpr int kSteps = 12;  // Shampoo and SOAP refresh every 5 steps: 3 refresh
 struct Row {
   int id = 0, W = 1;
   std::string mesh, step_mode, optimizer, precision, reduce, placement, planner, tail, prefetch, mlp, tied, experts,
-      batched_ns, ns_variant, grad_reduce, clip, recompute, schedule, resume;
-  int expert_ranges = 0, grad_accum = 1;
+      batched_ns, ns_variant, grad_reduce, clip, recompute, schedule, resume, qk_clip;
+  int expert_ranges = 0, grad_accum = 1, kv_heads = 4;
 };
 
 std::vector<Row> load_rows() {
@@ -51,6 +51,7 @@ std::vector<Row> load_rows() {
     r.grad_accum = j.at("grad_accum"), r.grad_reduce = j.at("grad_reduce");
     r.clip = j.at("clip");
     r.recompute = j.at("recompute"), r.schedule = j.at("schedule"), r.resume = j.at("resume");
+    r.qk_clip = j.at("qk_clip"), r.kv_heads = j.at("kv_heads");
     rows.push_back(r);
   }
   return rows;
@@ -107,6 +108,10 @@ TrainConfig config_for(const Row& r) {
   // every step scales.
   if (r.clip == "on") c.runtime.max_norm = 0.5;
   c.runtime.activation_checkpointing = r.recompute == "on";
+  // Grouped-query attention over the model's 4 query heads, and QK-clip at 0.05: below the narrowed
+  // tiny model's largest logits at the test rates, so heads are clipped (test_qk_clip.cpp).
+  c.model.kv_heads = r.kv_heads;
+  if (r.qk_clip == "on") c.qk_clip_tau = 0.05;
   // Schedules with explicit lengths (so a run cut at the middle step has the same schedule): the
   // warm-up, the decay and the floor all inside the shortest rows' 6 steps.
   if (r.schedule == "warmup_cosine") {
@@ -136,6 +141,8 @@ std::string row_name(const ::testing::TestParamInfo<Row>& info) {
   if (r.recompute == "on") n += "_recompute";
   if (r.schedule != "constant") n += "_" + r.schedule;
   if (r.resume == "mid") n += "_resumed";
+  if (r.kv_heads != 4) n += "_kv" + std::to_string(r.kv_heads);
+  if (r.qk_clip == "on") n += "_qk_clip";
   return n;
 }
 
@@ -204,12 +211,12 @@ TEST_P(GridRow, BitMatchesTheOracle) {
   for (const auto& f : failures) ADD_FAILURE() << "row " << r.id << ": " << f;
   if (failures.empty())
     std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, mlp %s, tied %s, experts %s "
-                "ranges %d, batched NS %s, NS variant %s, %d micro-batch(es) %s, clip %s, recompute %s, schedule %s, resume %s): %d steps "
+                "ranges %d, batched NS %s, NS variant %s, %d micro-batch(es) %s, clip %s, recompute %s, schedule %s, resume %s, kv heads %d, qk-clip %s): %d steps "
                 "bit-identical to the oracle\n",
                 r.id, r.W, r.placement.c_str(), r.optimizer.c_str(), r.mesh.c_str(), r.step_mode.c_str(), r.precision.c_str(),
                 r.reduce.c_str(), r.planner.c_str(), r.tail.c_str(), r.prefetch.c_str(), r.mlp.c_str(), r.tied.c_str(),
                 r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), r.ns_variant.c_str(), r.grad_accum, r.grad_reduce.c_str(), r.clip.c_str(),
-                r.recompute.c_str(), r.schedule.c_str(), r.resume.c_str(), config.steps);
+                r.recompute.c_str(), r.schedule.c_str(), r.resume.c_str(), r.kv_heads, r.qk_clip.c_str(), config.steps);
 }
 
 INSTANTIATE_TEST_SUITE_P(Array, GridRow, ::testing::ValuesIn(load_rows()), row_name);

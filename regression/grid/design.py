@@ -60,6 +60,8 @@ FACTORS_DIFFERENTIAL = OrderedDict([
     ("recompute", ["off", "on"]),                   # activation checkpointing per block (docs/recompute.md)
     ("schedule", ["constant", "warmup_cosine", "wsd"]),  # learning-rate schedule (docs/schedules.md)
     ("resume", ["no", "mid"]),                      # checkpointed after the middle step and resumed
+    ("qk_clip", ["off", "on"]),                     # QK-clip after every update (tau 0.05; docs/qk_clip.md)
+    ("kv_heads", [4, 2, 1]),                        # grouped-query attention: key/value heads of the 4
 ])
 
 MUON_FAMILY = ("muon", "normuon", "adamuon")       # the optimizers that orthogonalise with Newton-Schulz
@@ -76,6 +78,7 @@ SUB_MODELS_DIFFERENTIAL = [
     ("recompute", "placement", "precision"),        # the revived buffer under every layout and dtype
     ("schedule", "resume", "W"),                    # the schedule's t and decay across a checkpoint
     ("ns_variant", "optimizer", "precision"),       # every Newton-Schulz variant under each dtype
+    ("qk_clip", "planner", "mesh"),                 # q and k rescaled on their owners, in every replica
 ]
 
 
@@ -124,6 +127,8 @@ def feasible_differential(row):
         return False                                # the replicas never recompute
     if has("placement", "resume") and g("placement") in ("zero1", "ddp") and g("resume") == "mid":
         return False                                # checkpoints are the owner runtime's
+    if has("optimizer", "qk_clip") and g("qk_clip") == "on" and g("optimizer") not in MUON_FAMILY:
+        return False                                # QK-clip's rule is the Muon family's
     return True
 
 
