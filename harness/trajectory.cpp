@@ -21,6 +21,35 @@ Trajectory to_trajectory(TrainResult result) {
   return t;
 }
 
+namespace {
+template <class T>
+void append_vector(std::vector<T>& to, const std::vector<T>& tail) {
+  to.insert(to.end(), tail.begin(), tail.end());
+}
+template <class T>
+void drop_front(std::vector<T>& v, size_t n) {
+  v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(std::min(n, v.size())));
+}
+}  // namespace
+
+void append(Trajectory& to, const Trajectory& tail) {
+  append_vector(to.local_losses, tail.local_losses);
+  append_vector(to.grad_norms, tail.grad_norms);
+  append_vector(to.qk_max_logits, tail.qk_max_logits);
+  append_vector(to.qk_clipped_heads, tail.qk_clipped_heads);
+  append_vector(to.params, tail.params);
+  to.last_step_bytes = tail.last_step_bytes;
+}
+
+Trajectory drop_steps(Trajectory t, size_t n) {
+  drop_front(t.local_losses, n);
+  drop_front(t.grad_norms, n);
+  drop_front(t.qk_max_logits, n);
+  drop_front(t.qk_clipped_heads, n);
+  drop_front(t.params, n);
+  return t;
+}
+
 Trajectory run_recorded(RankContext& ctx, const TrainConfig& config) {
   TrainConfig c = config;
   c.record_params = true;

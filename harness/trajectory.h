@@ -21,6 +21,11 @@ struct Trajectory {
   std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
 };
 
+// A run cut in two, end to end: `tail`'s steps appended to `to` (every per-step record).
+void append(Trajectory& to, const Trajectory& tail);
+// The steps after the first `n` (every per-step record; the last step's bytes stay).
+Trajectory drop_steps(Trajectory t, size_t n);
+
 // The losses and recorded parameters of a run made with config.record_params.
 Trajectory to_trajectory(TrainResult result);
 

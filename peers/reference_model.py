@@ -126,8 +126,10 @@ def rms_norm(x, w):
     return (xf * (xf.pow(2).mean(-1, keepdim=True) + RMS_EPS).rsqrt()).to(x.dtype) * w
 
 
-def attention_residual(x, attn_norm, q_w, k_w, v_w, o_w, heads):
-    """x + attention(rms_norm(x)): causal, scaled by 1/sqrt(d) after the product, float32 softmax."""
+def attention_residual(x, attn_norm, q_w, k_w, v_w, o_w, heads, record=None):
+    """x + attention(rms_norm(x)): causal, scaled by 1/sqrt(d) after the product, float32 softmax.
+    `record`, when given, receives each head's largest logit over the unmasked pairs (float32 [heads]),
+    QK-clip's statistic (docs/qk_clip.md)."""
     B, S, H = x.shape
     hd = H // heads
     h = rms_norm(x, attn_norm)
@@ -137,6 +139,8 @@ def attention_residual(x, attn_norm, q_w, k_w, v_w, o_w, heads):
     scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
     future = torch.triu(torch.ones(S, S, dtype=torch.bool, device=x.device), 1)
     scores = scores.masked_fill(future, -math.inf)
+    if record is not None:
+        record(scores.detach().amax(dim=(0, 2, 3)).float())
     attn = torch.matmul(torch.softmax(scores.float(), -1).to(v.dtype), v).transpose(1, 2).reshape(B, S, H)
     return x + F.linear(attn, o_w)
 
@@ -179,14 +183,19 @@ def experts(p, pre, h):
     return out.view(B, S, H)
 
 
-def functional_loss(p, tokens, targets, heads=TINY.heads):
-    """The whole model on a dict of parameters by name (any dtype; the loss in float32)."""
+def functional_loss(p, tokens, targets, heads=TINY.heads, logit_max=None):
+    """The whole model on a dict of parameters by name (any dtype; the loss in float32). `logit_max`, a
+    dict, is raised per block index to each head's largest attention logit (torch.maximum with what
+    is there: over micro-batches)."""
     x = F.embedding(tokens, p["embed.weight"])
     layers = 1 + max(int(n.split(".")[1]) for n in p if n.startswith("layers."))
     for i in range(layers):
         pre = f"layers.{i}."
+        record = None
+        if logit_max is not None:
+            record = lambda s, i=i: logit_max.__setitem__(i, torch.maximum(logit_max[i], s) if i in logit_max else s)
         y = attention_residual(x, p[pre + "attn_norm.weight"], p[pre + "attn.q.weight"], p[pre + "attn.k.weight"],
-                               p[pre + "attn.v.weight"], p[pre + "attn.o.weight"], heads)
+                               p[pre + "attn.v.weight"], p[pre + "attn.o.weight"], heads, record)
         h = rms_norm(y, p[pre + "mlp_norm.weight"])
         if pre + "moe.router.weight" in p:
             x = y + experts(p, pre, h)

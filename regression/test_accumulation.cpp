@@ -381,10 +381,7 @@ TEST(AccumulationCheckpoints, ResumeEqualsTheUninterruptedRunAndReshardsAtStepBo
     rest.resume_from = root.string();
     rest.record_params = true;
     const Trajectory resumed = to_trajectory(train_placement(ctx, rest));
-    Trajectory tail = uninterrupted;  // its last 3 steps
-    tail.local_losses.erase(tail.local_losses.begin(), tail.local_losses.begin() + 3);
-    tail.grad_norms.erase(tail.grad_norms.begin(), tail.grad_norms.begin() + 3);
-    tail.params.erase(tail.params.begin(), tail.params.begin() + 3);
+    const Trajectory tail = drop_steps(uninterrupted, 3);  // its last 3 steps
     const Comparison cmp = compare(tail, resumed);
     if (!cmp.bitwise_equal)
       fail("W=4 resumed vs uninterrupted, rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) +

@@ -188,10 +188,7 @@ TEST_P(GridRow, BitMatchesTheOracle) {
       TrainConfig rest = config;
       rest.resume_from = scratch.path();
       const Trajectory tail = run_recorded(ctx, rest);
-      runtime.local_losses.insert(runtime.local_losses.end(), tail.local_losses.begin(), tail.local_losses.end());
-      runtime.grad_norms.insert(runtime.grad_norms.end(), tail.grad_norms.begin(), tail.grad_norms.end());
-      runtime.params.insert(runtime.params.end(), tail.params.begin(), tail.params.end());
-      runtime.last_step_bytes = tail.last_step_bytes;
+      append(runtime, tail);
     } else {
       runtime = run_recorded(ctx, config);
     }

@@ -283,11 +283,7 @@ TEST(QkClipCheckpoints, AResumeContinuesExactlyWithNothingSaved) {
     TrainConfig rest = config_for(Case{.name = "rest", .kv_heads = 2});
     rest.resume_from = step_dir;
     rest.record_params = true;
-    Trajectory tail = to_trajectory(full);
-    tail.local_losses.erase(tail.local_losses.begin(), tail.local_losses.begin() + 3);
-    tail.params.erase(tail.params.begin(), tail.params.begin() + 3);
-    tail.qk_max_logits.erase(tail.qk_max_logits.begin(), tail.qk_max_logits.begin() + 3);
-    tail.qk_clipped_heads.erase(tail.qk_clipped_heads.begin(), tail.qk_clipped_heads.begin() + 3);
+    const Trajectory tail = drop_steps(to_trajectory(full), 3);
     const Comparison cmp = compare(tail, to_trajectory(train_placement(ctx, rest)));
     if (!cmp.bitwise_equal)
       fail("W=5 rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) + ", " + cmp.first_bad + " (" +

@@ -262,9 +262,7 @@ TEST(ScheduleCheckpoints, ResumeInWarmupOrDecayContinuesExactly) {
       TrainConfig rest = config();
       rest.resume_from = step_dir;
       rest.record_params = true;
-      Trajectory tail = to_trajectory(full);
-      tail.local_losses.erase(tail.local_losses.begin(), tail.local_losses.begin() + at);
-      tail.params.erase(tail.params.begin(), tail.params.begin() + at);
+      const Trajectory tail = drop_steps(to_trajectory(full), static_cast<size_t>(at));
       const Comparison cmp = compare(tail, to_trajectory(train_placement(ctx, rest)));
       if (!cmp.bitwise_equal)
         fail("resumed after step " + std::to_string(at) + " at W=4, rank " + std::to_string(ctx.rank) + ": step " +

@@ -278,18 +278,21 @@ class Job:
     all-gathered and summed in rank order; "ddp": stock DDP), and the model's options."""
 
     def __init__(self, world_size, mode="rank_order", precision="fp32", tied=False, moe=False, accum=None, clip=None,
-                 schedule=None):
+                 schedule=None, qk=None):
         self.world_size, self.mode, self.precision, self.tied, self.moe = world_size, mode, precision, tied, moe
+        self.qk = qk  # None, or QK-clip's tau: after each update q and k rows scaled as MuonClip's rule
         self.accum = accum  # None, or (K, "per-microbatch" | "deferred"): K micro-batches of BATCH / K
         self.clip = clip    # None, or the max norm of torch.nn.utils' clipping
         self.schedule = schedule  # None, or (kind, warm-up, stable, decay, min ratio): LambdaLR
 
     def tag(self):
-        return run_tag(self.precision, self.tied, self.moe, self.accum, self.clip, self.world_size, self.mode, self.schedule)
+        return run_tag(self.precision, self.tied, self.moe, self.accum, self.clip, self.world_size, self.mode, self.schedule,
+                       self.qk)
 
 
-def run_tag(precision, tied, moe, accum, clip, world_size, mode=None, schedule=None):
+def run_tag(precision, tied, moe, accum, clip, world_size, mode=None, schedule=None, qk=None):
     acc = f"_k{accum[0]}_{accum[1]}" if accum else ""
+    acc += f"_qk{qk:g}" if qk else ""
     acc += f"_clip{clip:g}" if clip else ""
     acc += "_" + "_".join(map(str, schedule)) if schedule else ""
     return (f"{mode + '_' if mode else ''}{precision}{'_tied' if tied else ''}{'_moe' if moe else ''}{acc}"
@@ -317,20 +320,23 @@ def train_rank(rank, group, job, out_path):
     world_size, mode, precision, tied, moe = job.world_size, job.mode, job.precision, job.tied, job.moe
     data = corpus_bytes()
     init = init_params(SEED, tied, moe)
+    logit_max = {} if job.qk else None  # QK-clip: each block's per-head largest logit of this rank's step
     if moe:  # the functional model on plain leaves (Tiny's modules have no experts)
         params = {n: t.clone().requires_grad_(True) for n, t in init.items()}
-        model = lambda tokens, targets: functional_loss(params, tokens, targets)
+        model = lambda tokens, targets: functional_loss(params, tokens, targets, logit_max=logit_max)
     else:
         model = Tiny(functional=True, tied=tied)
         model.load_state_dict(init)
         params = dict(model.named_parameters())
+        if job.qk:  # the same functional forward, recording the logits
+            model = lambda tokens, targets: functional_loss(params, tokens, targets, logit_max=logit_max)
     ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group) if mode == "ddp" else None
     muon, adamw, slices = make_optimizers(params, tied, moe)
     schedulers = []
     if job.schedule:  # one LambdaLR per optimizer, the same λ (every group's lr = its base × λ)
         lam = schedule_lambda(*job.schedule)
         schedulers = [torch.optim.lr_scheduler.LambdaLR(muon, lam), torch.optim.lr_scheduler.LambdaLR(adamw, lam)]
-    losses, grads_per_step, grad_norms = [], [], []
+    losses, grads_per_step, grad_norms, qk_max = [], [], [], []
     K, accum_mode = job.accum or (1, "per-microbatch")
     b = BATCH // K
 
@@ -347,13 +353,15 @@ def train_rank(rank, group, job, out_path):
         all_tokens, all_targets = batch(data, SEED, step, rank, K * b, SEQ)
         sums = {}  # per micro-batch: the reduced sums added up; deferred: this rank's gradients added up
         micro_losses = []
+        if logit_max is not None:
+            logit_max.clear()
         for m in range(K):
             tokens, targets = all_tokens[m * b:(m + 1) * b], all_targets[m * b:(m + 1) * b]
             for p in params.values():
                 p.grad = None
             if precision == "bf16":
                 copies = {n: p.detach().to(torch.bfloat16).requires_grad_(True) for n, p in params.items()}
-                loss = functional_loss(copies, tokens, targets)
+                loss = functional_loss(copies, tokens, targets, logit_max=logit_max)
                 loss.backward()
                 for n, p in params.items():
                     p.grad = copies[n].grad.float()  # the reduce dtype: fp32
@@ -383,8 +391,21 @@ def train_rank(rank, group, job, out_path):
         grads_per_step.append({n: p.grad.clone() for n, p in params.items()})
         for name, e, view in slices.values():
             view.grad = params[name].grad[e].contiguous()
+        if job.qk:  # the statistic: every rank's maxima, non-finite ones made +inf, and a -1 flag, MAX-reduced
+            S = torch.stack([logit_max[i] for i in range(len(logit_max))])
+            buf = torch.cat([torch.where(torch.isfinite(S), S, math.inf).reshape(-1), torch.tensor([-1.0])])
+            dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
+            S = buf[:-1].view(S.shape)
+            qk_max.append(float(S.max().item()))
         muon.step()
         adamw.step()
+        if job.qk:  # MuonClip's rule (pytorch-optimizer 4.1.0 MuonClip.step, alpha 0.5), on q and k of every block
+            with torch.no_grad():
+                for i in range(S.shape[0]):
+                    scales = (job.qk / S[i].clamp_min(job.qk)).pow_(0.5)
+                    for which in ("q", "k"):
+                        p = params[f"layers.{i}.attn.{which}.weight"]
+                        p.mul_(scales.to(p.dtype).repeat_interleave(p.size(0) // scales.numel()).view(-1, 1))
         for s in schedulers:
             s.step()
         local = torch.tensor([loss_value], dtype=torch.float64)
@@ -414,7 +435,8 @@ def train_rank(rank, group, job, out_path):
         for k in [k for k, v in state.items() if isinstance(v, dict)]:
             state[k] = torch.stack([state[k][e] for e in sorted(state[k])])
         torch.save({"losses": losses, "params": {n: p.detach().clone() for n, p in params.items()}, "state": state,
-                    "grads": grads_per_step, "replicas_equal": replicas_equal, "grad_norms": grad_norms}, out_path)
+                    "grads": grads_per_step, "replicas_equal": replicas_equal, "grad_norms": grad_norms,
+                    "qk_max": qk_max}, out_path)
 
 
 def train_torch(jobs, work, attempts=3):
@@ -445,8 +467,8 @@ def run(cmd):
 
 
 def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False, accum=None, clip=None, schedule=None,
-                recompute=False):
-    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size, None, schedule) +
+                recompute=False, qk=None):
+    d = os.path.join(work, "mfsdp_" + run_tag(precision, tied, moe, accum, clip, world_size, None, schedule, qk) +
                      ("_recompute" if recompute else ""))
     os.makedirs(d, exist_ok=True)
     metrics, ck, model = f"{d}/metrics.jsonl", f"{d}/ck", f"{d}/final.safetensors"
@@ -457,12 +479,13 @@ def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False
         (["--experts", str(EXPERTS), "--top-k", str(TOP_K)] if moe else []) +
         (["--grad-accum", str(K), "--grad-reduce", accum[1]] if accum else []) +
         (["--max-norm", repr(clip)] if clip else []) + (schedule_flags(schedule) if schedule else []) +
-        (["--activation-checkpointing"] if recompute else []))
+        (["--activation-checkpointing"] if recompute else []) + (["--qk-clip-tau", repr(qk)] if qk else []))
     run([mfsdp, "export", ck, "--out", model])
     rows = [json.loads(line) for line in open(metrics) if '"step"' in line]
     losses = [r["loss"] for r in rows]
     grad_norms = [r["grad_norm"] for r in rows if "grad_norm" in r]
     lr_factors = [r["lr_factor"] for r in rows if "lr_factor" in r]
+    qk_max = [(r["qk_max_logit"], r["qk_clipped_heads"]) for r in rows if "qk_max_logit" in r]
     step_dir = f"{ck}/{open(f'{ck}/latest').read().splitlines()[0]}"
     layout = json.load(open(f"{step_dir}/layout.json"))
     pieces = {}  # (param, state) -> [(row_begin, tensor)]
@@ -482,7 +505,7 @@ def train_mfsdp(mfsdp, world_size, work, precision="fp32", tied=False, moe=False
             if "step" in o.get("scalars", {}):
                 steps[o["param"]] = o["scalars"]["step"]
     return {"losses": losses, "params": load_file(model), "state": state, "steps": steps, "grad_norms": grad_norms,
-            "lr_factors": lr_factors}
+            "lr_factors": lr_factors, "qk_max": qk_max}
 
 
 # ---- Comparison ---------------------------------------------------------------------------------
@@ -562,6 +585,9 @@ def main():
                          "clip_grads_with_norm_ on the mean gradients, after accumulation)")
     ap.add_argument("--recompute", default="fp32:3,bf16:2",
                     help="activation-checkpointing runs as precision:W (mfsdp recomputes, PyTorch stores: the same values)")
+    ap.add_argument("--qk", default="fp32:3:0.1,bf16:2:0.1",
+                    help="QK-clip runs as precision:W:TAU (each head's largest logit MAX-reduced over the gloo group, then "
+                         "MuonClip's rule on q and k after the update)")
     ap.add_argument("--schedule", default="fp32:3:warmup-cosine:1:0:2:0.1,fp32:2:wsd:1:1:1:0.1",
                     help="learning-rate schedule runs as precision:W:KIND:WARMUP:STABLE:DECAY:MIN_RATIO (LambdaLR)")
     args = ap.parse_args()
@@ -583,37 +609,42 @@ def main():
     print("learning-rate schedules, torch.optim.lr_scheduler vs the lrs mfsdp's optimizers step with:")
     check_schedules(tally, f"{args.work}/lr_schedules.json")
 
-    runs = [(p, w, False, False, None, None, None) for p in args.precisions.split(",") for w in world_sizes]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False, None, None, None) for t in args.tied.split(",") if t]
-    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True, None, None, None) for t in args.moe.split(",") if t]
+    runs = [(p, w, False, False, None, None, None, None) for p in args.precisions.split(",") for w in world_sizes]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), True, False, None, None, None, None) for t in args.tied.split(",") if t]
+    runs += [(t.split(":")[0], int(t.split(":")[1]), False, True, None, None, None, None) for t in args.moe.split(",") if t]
     for t in filter(None, args.accum.split(",")):
         precision, W, K, order = t.split(":")
-        runs.append((precision, int(W), False, False, (int(K), order), None, None))
+        runs.append((precision, int(W), False, False, (int(K), order), None, None, None))
     for t in filter(None, args.clip.split(",")):
         f = t.split(":")
         moe = f[3:] == ["moe"]
-        runs.append((f[0], int(f[1]), False, moe, (int(f[3]), f[4]) if len(f) == 5 else None, float(f[2]), None))
+        runs.append((f[0], int(f[1]), False, moe, (int(f[3]), f[4]) if len(f) == 5 else None, float(f[2]), None, None))
     for t in filter(None, args.schedule.split(",")):
         f = t.split(":")
-        runs.append((f[0], int(f[1]), False, False, None, None, (f[2], int(f[3]), int(f[4]), int(f[5]), float(f[6]))))
-    jobs = [Job(W, "rank_order", precision, tied, moe, accum, clip, schedule)
-            for precision, W, tied, moe, accum, clip, schedule in runs]
+        runs.append((f[0], int(f[1]), False, False, None, None, (f[2], int(f[3]), int(f[4]), int(f[5]), float(f[6])), None))
+    for t in filter(None, args.qk.split(",")):
+        f = t.split(":")
+        runs.append((f[0], int(f[1]), False, False, None, None, None, float(f[2])))
+    jobs = [Job(W, "rank_order", precision, tied, moe, accum, clip, schedule, qk)
+            for precision, W, tied, moe, accum, clip, schedule, qk in runs]
     if 3 in world_sizes and "fp32" in args.precisions.split(","):
         jobs.append(Job(3, "ddp"))
     print(f"PyTorch: {len(jobs)} trainings over one pool of {max(j.world_size for j in jobs)} gloo processes")
     trained = train_torch(jobs, args.work)
-    for precision, W, tied, moe, accum, clip, schedule in runs:
+    for precision, W, tied, moe, accum, clip, schedule, qk in runs:
         flags = (" --tie-embeddings" if tied else "") + (f" --experts {EXPERTS} --top-k {TOP_K}" if moe else "")
         flags += f" --grad-accum {accum[0]} --grad-reduce {accum[1]}" if accum else ""
         flags += f" --max-norm {clip:g}" if clip else ""
         flags += " " + " ".join(schedule_flags(schedule)) if schedule else ""
+        flags += f" --qk-clip-tau {qk:g}" if qk else ""
         print(f"W = {W}, {precision}{', tied embeddings' if tied else ''}{', experts' if moe else ''}"
               f"{f', {accum[0]} micro-batches ({accum[1]})' if accum else ''}"
               f"{f', clipped at {clip:g} (get_total_norm, clip_grads_with_norm_)' if clip else ''}"
-              f"{f', {schedule[0]} schedule (LambdaLR)' if schedule else ''}: torch.optim.Muon/AdamW "
+              f"{f', {schedule[0]} schedule (LambdaLR)' if schedule else ''}"
+              f"{f', QK-clip at {qk:g} (MuonClip rule, MAX all-reduce)' if qk else ''}: torch.optim.Muon/AdamW "
               f"over {W} gloo process(es), rank-order mean, vs mfsdp train --param-dtype {precision}{flags}:")
-        theirs = trained[Job(W, "rank_order", precision, tied, moe, accum, clip, schedule).tag()]
-        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe, accum, clip, schedule)
+        theirs = trained[Job(W, "rank_order", precision, tied, moe, accum, clip, schedule, qk).tag()]
+        got = train_mfsdp(args.mfsdp, W, args.work, precision, tied, moe, accum, clip, schedule, qk=qk)
         tally.check(theirs["replicas_equal"], "the PyTorch replicas agree with each other")
         same_losses = len(got["losses"]) == STEPS and all(
             a.hex() == b.hex() for a, b in zip(map(float, got["losses"]), theirs["losses"]))
@@ -632,13 +663,18 @@ def main():
             same = len(got["lr_factors"]) == STEPS and all(float(a).hex() == b.hex() for a, b in zip(got["lr_factors"], want))
             tally.check(same and len(set(want)) > 2, f"each step's lambda (--metrics lr_factor), {STEPS} steps",
                         " ".join(f"{x:.4g}" for x in want) if same else f"mfsdp {got['lr_factors']} vs {want}")
+        if qk:
+            same = len(got["qk_max"]) == STEPS and all(float(a).hex() == b.hex() for (a, _), b in zip(got["qk_max"], theirs["qk_max"]))
+            clipped = sum(c for _, c in got["qk_max"])
+            tally.check(same and clipped > 0, f"each step's largest attention logit, {STEPS} steps ({clipped} heads clipped)",
+                        "" if same else f"mfsdp {got['qk_max']} vs torch {theirs['qk_max']}")
         compare_dicts(tally, "final parameters (mfsdp export)", got["params"], theirs["params"])
         tensors = {k: v for k, v in theirs["state"].items() if not k.endswith("|step")}
         compare_dicts(tally, "final optimizer state (momentum_buffer, exp_avg, exp_avg_sq)", got["state"], tensors)
         torch_steps = {k.split("|")[0]: v.item() for k, v in theirs["state"].items() if k.endswith("|step")}
         tally.check(torch_steps == {k: float(v) for k, v in got["steps"].items()} and len(torch_steps) > 0,
                     "AdamW step counters", f"{len(torch_steps)} tensors at step {STEPS}")
-        if precision != "fp32" or tied or moe or accum or clip or schedule:
+        if precision != "fp32" or tied or moe or accum or clip or schedule or qk:
             continue
         if W == 1:
             check_idiomatic(tally, init, "initial", data)
