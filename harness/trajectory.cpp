@@ -1,11 +1,14 @@
 #include "harness/trajectory.h"
 
+#include "core/dist/ranks.h"
 #include "core/util/tensor_compare.h"
 #include "harness/placements.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 namespace mfsdp {
 
@@ -60,6 +63,30 @@ Trajectory run_oracle(RankContext& ctx, const TrainConfig& config) {
   TrainConfig c = config;
   c.placement = Placement::ddp;
   return run_recorded(ctx, c);
+}
+
+std::vector<std::string> oracle_differences(
+    const TrainConfig& config, int world_size,
+    const std::function<std::string(int rank, const TrainResult& oracle, const TrainResult& mine)>& also) {
+  std::mutex mutex;
+  std::vector<std::string> out;
+  RanksOptions ranks;
+  ranks.world_size = world_size;
+  ranks.timeout = std::chrono::seconds(120);
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    TrainConfig oracle = config, mine = config;
+    oracle.placement = Placement::ddp;
+    oracle.record_params = mine.record_params = true;
+    const TrainResult a = train_placement(ctx, oracle), b = train_placement(ctx, mine);
+    const Comparison cmp = compare(to_trajectory(a), to_trajectory(b));
+    const std::string extra = also ? also(ctx.rank, a, b) : std::string();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!cmp.bitwise_equal)
+      out.push_back("rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) + ", " + cmp.first_bad +
+                    " (" + cmp.detail + ")");
+    if (!extra.empty()) out.push_back("rank " + std::to_string(ctx.rank) + ": " + extra);
+  });
+  return out;
 }
 
 Comparison compare(const Trajectory& control, const Trajectory& experiment) {

@@ -5,6 +5,7 @@
 #include "core/train/trainer.h"
 
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,16 @@ Trajectory to_trajectory(TrainResult result);
 Trajectory run_recorded(RankContext& ctx, const TrainConfig& config);
 // The same run of the DDP oracle (placement ddp): the control of every comparison.
 Trajectory run_oracle(RankContext& ctx, const TrainConfig& config);
+
+struct Comparison;
+
+// `config` under the oracle and under config.placement on `world_size` thread ranks, each rank running
+// both with its parameters recorded: each rank's first difference ("rank R: step S, WHAT (DETAIL)"),
+// none when every rank's two runs are bitwise equal. `also`, when given, sees each rank's two results
+// and adds what it returns (non-empty) to the list.
+std::vector<std::string> oracle_differences(
+    const TrainConfig& config, int world_size,
+    const std::function<std::string(int rank, const TrainResult& oracle, const TrainResult& mine)>& also = {});
 
 struct Comparison {
   bool bitwise_equal = true;

@@ -20,6 +20,7 @@
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <mutex>
@@ -126,29 +127,15 @@ class QkClipRuns : public ::testing::TestWithParam<Case> {};
 TEST_P(QkClipRuns, BitMatchesTheOracle) {
   const Case& c = GetParam();
   const TrainConfig config = config_for(c);
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  int64_t clipped = 0;
-  RanksOptions ranks;
-  ranks.world_size = c.W;
-  ranks.timeout = std::chrono::seconds(120);
-  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    TrainConfig oracle = config;
-    oracle.placement = Placement::ddp;
-    oracle.record_params = true;
-    TrainConfig mine = config;
-    mine.record_params = true;
-    const TrainResult a = train_placement(ctx, oracle), b = train_placement(ctx, mine);
-    const Comparison cmp = compare(to_trajectory(a), to_trajectory(b));
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!cmp.bitwise_equal)
-      failures.push_back("rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) + ", " + cmp.first_bad +
-                         " (" + cmp.detail + ")");
-    if (ctx.rank == 0)
-      for (const StepMetrics& m : b.steps) clipped += m.qk_clipped_heads;
-  });
+  std::atomic<int64_t> clipped{0};
+  const std::vector<std::string> failures =
+      oracle_differences(config, c.W, [&](int rank, const TrainResult&, const TrainResult& mine) {
+        if (rank == 0)
+          for (const StepMetrics& m : mine.steps) clipped += m.qk_clipped_heads;
+        return std::string();
+      });
   for (const std::string& f : failures) ADD_FAILURE() << c.name << ": " << f;
-  EXPECT_GT(clipped, 0) << c.name << ": no head was clipped in " << config.steps << " steps at tau " << kTau;
+  EXPECT_GT(clipped.load(), 0) << c.name << ": no head was clipped in " << config.steps << " steps at tau " << kTau;
 }
 
 INSTANTIATE_TEST_SUITE_P(

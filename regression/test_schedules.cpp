@@ -128,30 +128,16 @@ class ScheduleRuns : public ::testing::TestWithParam<Case> {};
 TEST_P(ScheduleRuns, BitMatchesTheOracle) {
   const Case& c = GetParam();
   const TrainConfig config = config_for(c);
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  RanksOptions ranks;
-  ranks.world_size = c.W;
-  ranks.timeout = std::chrono::seconds(120);
-  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    TrainConfig oracle = config;
-    oracle.placement = Placement::ddp;
-    oracle.record_params = true;
-    TrainConfig mine = config;
-    mine.record_params = true;
-    const TrainResult a = train_placement(ctx, oracle), b = train_placement(ctx, mine);
-    const Comparison cmp = compare(to_trajectory(a), to_trajectory(b));
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!cmp.bitwise_equal)
-      failures.push_back("rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) + ", " + cmp.first_bad +
-                         " (" + cmp.detail + ")");
-    const LrSchedule resolved = resolve_decay_steps(config.lr_schedule, config.steps);
-    for (size_t s = 0; s < b.steps.size(); ++s)
-      if (!same_bits(b.steps[s].lr_factor, lr_lambda(resolved, static_cast<int64_t>(s))) ||
-          !same_bits(a.steps[s].lr_factor, b.steps[s].lr_factor))
-        failures.push_back("rank " + std::to_string(ctx.rank) + ": step " + std::to_string(s + 1) + " used lambda " +
-                           std::to_string(b.steps[s].lr_factor));
-  });
+  const LrSchedule resolved = resolve_decay_steps(config.lr_schedule, config.steps);
+  const std::vector<std::string> failures =
+      oracle_differences(config, c.W, [&](int, const TrainResult& a, const TrainResult& b) {
+        std::string bad;
+        for (size_t s = 0; s < b.steps.size(); ++s)
+          if (!same_bits(b.steps[s].lr_factor, lr_lambda(resolved, static_cast<int64_t>(s))) ||
+              !same_bits(a.steps[s].lr_factor, b.steps[s].lr_factor))
+            bad += "step " + std::to_string(s + 1) + " used lambda " + std::to_string(b.steps[s].lr_factor) + "; ";
+        return bad;
+      });
   for (const std::string& f : failures) ADD_FAILURE() << c.name << ": " << f;
 }
 

@@ -56,17 +56,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::reduce_sum(at::Tensor& tensor, int 
   return backend_->reduce(ts, o);
 }
 
-c10::intrusive_ptr<c10d::Work> Communicator::allreduce_sum(at::Tensor& tensor) {
-  require_contiguous(tensor, "allreduce");
-  auto& c = current();
-  ++c.calls;
-  c.bytes_sent += tensor.nbytes() * (world_size_ - 1);
-  c.bytes_recv += tensor.nbytes() * (world_size_ - 1);
-  std::vector<at::Tensor> ts{tensor};
-  return backend_->allreduce(ts);
-}
-
-c10::intrusive_ptr<c10d::Work> Communicator::allreduce_max(at::Tensor& tensor) {
+c10::intrusive_ptr<c10d::Work> Communicator::allreduce(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
   require_contiguous(tensor, "allreduce");
   auto& c = current();
   ++c.calls;
@@ -74,9 +64,13 @@ c10::intrusive_ptr<c10d::Work> Communicator::allreduce_max(at::Tensor& tensor) {
   c.bytes_recv += tensor.nbytes() * (world_size_ - 1);
   std::vector<at::Tensor> ts{tensor};
   c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::MAX;
+  o.reduceOp = op;
   return backend_->allreduce(ts, o);
 }
+
+c10::intrusive_ptr<c10d::Work> Communicator::allreduce_sum(at::Tensor& tensor) { return allreduce(tensor, c10d::ReduceOp::SUM); }
+
+c10::intrusive_ptr<c10d::Work> Communicator::allreduce_max(at::Tensor& tensor) { return allreduce(tensor, c10d::ReduceOp::MAX); }
 
 c10::intrusive_ptr<c10d::Work> Communicator::allgather(at::Tensor& output, at::Tensor& input) {
   require_contiguous(output, "allgather");

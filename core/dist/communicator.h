@@ -79,6 +79,7 @@ class Communicator {
  private:
   PhaseCounters& current() { return counters_[static_cast<int>(phase())]; }
   void require_contiguous(const at::Tensor& t, const char* what) const;
+  c10::intrusive_ptr<c10d::Work> allreduce(at::Tensor& tensor, c10d::ReduceOp::RedOpType op);
 
   c10::intrusive_ptr<RecordingBackend> backend_;
   int rank_;
