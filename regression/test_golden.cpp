@@ -321,7 +321,9 @@ void check_golden(int W, const TrainConfig& config) {
   }
   ASSERT_EQ(g.value("activation_checkpointing", false), config.runtime.activation_checkpointing) << read_path;
   ASSERT_EQ(g.value("ns_variant", std::string("torch")), to_string(config.runtime.muon.ns_variant)) << read_path;
-  if (g.contains("ns_steps")) ASSERT_EQ(g.at("ns_steps").get<int>(), config.runtime.muon.ns_steps) << read_path;
+  if (g.contains("ns_steps")) {
+    ASSERT_EQ(g.at("ns_steps").get<int>(), config.runtime.muon.ns_steps) << read_path;
+  }
   ASSERT_EQ(g.value("qk_clip_tau", 0.0), config.qk_clip_tau) << read_path;
   ASSERT_EQ(g.at("model").value("kv_heads", config.model.heads), config.model.kv_heads) << read_path;
   ASSERT_EQ(g.at("steps").get<int>(), kSteps);

@@ -19,10 +19,11 @@ A resumed training reads another training's checkpoint (a reshard onto another W
 covered too.
 
 The bits depend on the CPU kernels (ATen's capability and oneDNN's instruction set: the bf16
-matmuls of Newton-Schulz round differently per ISA, as the goldens found) and on the caches the
-BLAS blocks its products for: two 2-core AMD EPYCs with the same ISA, one with an 8 MiB L3 and one
-with 32 MiB, differ from the second step of a W = 3 DDP run at --batch 2 --seq 16 on every commit
-tried (the same binary of 10f4f53 on both). So FILE keeps one record per platform,
+matmuls of Newton-Schulz round differently per ISA, as the goldens found), and not on the ISA alone:
+on a 2-core AMD EPYC with L2 1 MiB and L3 32 MiB, every training differs from the record another
+2-core EPYC of the same ISA key made, from the second step of a W = 3 DDP run at --batch 2 --seq 16
+on, also with the binary of 10f4f53 (that machine's caches were not recorded; the cache sizes a
+BLAS blocks its products for are the likely difference). So FILE keeps one record per platform,
 "<ATen capability>-<oneDNN ISA>-l2_<KiB>-l3_<KiB>" (the per-instance L2 and L3 sizes of cpu0, from
 sysfs). Records keyed without the cache sizes (made before they were part of the key) are kept
 and compared with nothing. A platform with no record is reported and compared with nothing (not a
