@@ -80,21 +80,8 @@ TrainConfig config_for(const Case& c) {
   return t;
 }
 
-std::vector<std::string> run_against_oracle(const TrainConfig& config, int W) {
-  std::mutex mutex;
-  std::vector<std::string> failures;
-  RanksOptions ranks;
-  ranks.world_size = W;
-  ranks.timeout = std::chrono::seconds(120);
-  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    const Comparison cmp = compare(run_oracle(ctx, config), run_recorded(ctx, config));
-    if (cmp.bitwise_equal) return;
-    std::lock_guard<std::mutex> lock(mutex);
-    failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " + std::to_string(cmp.first_bad_step) +
-                       " in " + cmp.first_bad + " (" + cmp.detail + "); max |diff| " + std::to_string(cmp.max_abs_diff));
-  });
-  return failures;
-}
+// The oracle and the placement on W thread ranks: each rank's first difference (harness's helper).
+std::vector<std::string> run_against_oracle(const TrainConfig& config, int W) { return oracle_differences(config, W); }
 
 class Accumulation : public ::testing::TestWithParam<Case> {};
 
