@@ -2,6 +2,7 @@
 // checksums, and the consolidated model in one safetensors file that Python loads.
 #include "cli/commands.h"
 #include "core/io/checkpoint.h"
+#include "core/util/files.h"
 
 #include <cstdio>
 #include <iostream>
@@ -16,6 +17,7 @@ struct ExportArgs {
 
 int run_export(const ExportArgs& a) {
   const std::string dir = resolve_checkpoint(a.checkpoint);
+  check_output_path(a.out, "export: --out");  // not inside the checkpoint, not a link
   export_model(dir, a.out);
   std::printf("export: %s -> %s\n", dir.c_str(), a.out.c_str());
   return kExitOk;

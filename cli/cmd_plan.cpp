@@ -10,6 +10,7 @@
 #include "core/plan/presets.h"
 #include "core/plan/recommend.h"
 #include "core/util/files.h"
+#include "core/util/json_limits.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -89,7 +90,7 @@ PlannerOptions plan_options(const PlanArgs& a) {
     TORCH_CHECK(!a.assign_file.empty(), "plan: --planner explicit needs --assign FILE.json ({\"name\": rank, ...})");
     nlohmann::json j;
     try {
-      j = nlohmann::json::parse(read_input(a.assign_file));
+      j = parse_json(read_input(a.assign_file), "plan: --assign " + a.assign_file);
     } catch (const nlohmann::json::parse_error& e) {
       TORCH_CHECK(false, "plan: --assign ", a.assign_file, ": malformed JSON: ", e.what());
     }

@@ -57,7 +57,6 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
               " does not write checkpoints (owner, reconstruct and alltoall do)");
   TORCH_CHECK(c.resume_from.empty() || runs_on_owner_runtime(c.placement) || c.placement == Placement::ddp, "train: placement ",
               a.placement, " does not resume from checkpoints (owner, reconstruct, alltoall and ddp do)");
-  if (!a.metrics.empty()) check_output_path(a.metrics, "train: --metrics");
   TORCH_CHECK(!a.dump_grads || !a.dump_trajectory.empty(), "train: --dump-grads needs --dump-trajectory DIR");
   TORCH_CHECK(!a.dump_grads || c.placement != Placement::zero1, "train: --dump-grads: placement zero1 cannot report its gradients "
               "(owner, reconstruct, alltoall and ddp can)");
@@ -68,6 +67,7 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
   // checks it, and every rank fails together (train_rank).
   if (!a.dump_trajectory.empty() && !read_launch_env()) check_empty_output_dir(a.dump_trajectory, "train: --dump-trajectory");
   check_corpus(a.data, c.seq, "train: --data");
+  if (!a.metrics.empty()) check_output_path(a.metrics, "train: --metrics");  // after the inputs: never one of them
   if (!a.resume_from.empty()) TORCH_CHECK(path_exists(a.resume_from), "train: --resume-from: '", a.resume_from, "' does not exist");
 }
 
@@ -89,7 +89,10 @@ TrainConfig make_config(const TrainArgs& a) {
   // --resume: continue from the directory's latest checkpoint if it has one (a fresh start if not,
   // so one command line serves the first run and every restart); --resume-from: that checkpoint.
   TORCH_CHECK(!a.resume || !a.checkpoint_dir.empty(), "train: --resume needs --checkpoint-dir (or use --resume-from PATH)");
-  if (!a.checkpoint_dir.empty()) check_output_dir(a.checkpoint_dir, "train: --checkpoint-dir");
+  if (!a.checkpoint_dir.empty()) {
+    check_output_dir(a.checkpoint_dir, "train: --checkpoint-dir");
+    note_checkpoint_dir(a.checkpoint_dir);  // no other output of this run goes inside it
+  }
   if (!a.resume_from.empty()) c.resume_from = a.resume_from;
   else if (a.resume && !a.checkpoint_dir.empty() && has_checkpoint(a.checkpoint_dir)) c.resume_from = a.checkpoint_dir;
   check_inputs(a, c);

@@ -2,9 +2,12 @@
 #include "cli/commands.h"
 #include "core/util/errors.h"
 #include "core/dist/launcher.h"
+#include "core/util/files.h"
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <iostream>
 
@@ -45,6 +48,38 @@ int default_job() {
   return code;
 }
 
+// Two rules for every option of every subcommand, added once here rather than flag by flag:
+//  - integers are decimal: CLI11 reads "010" as octal 8 and "0x10" as hex; leading zeros are
+//    dropped ("010" is 10) and any other base is refused;
+//  - a value is never empty: `--resume-from ""` must not mean "not given".
+void harden_options(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options([](CLI::Option* o) { return !o->get_type_name().empty(); })) {
+    const std::string type = opt->get_type_name();
+    const std::string flag = opt->get_name();
+    opt->transform(CLI::Validator(
+        [flag](std::string& value) -> std::string {
+          if (value.empty()) return "empty value (" + flag + " needs one)";
+          return std::string();
+        },
+        ""));
+    if (type.rfind("INT", 0) != 0 && type.rfind("UINT", 0) != 0 && type.find("[INT") == std::string::npos) continue;
+    opt->transform(CLI::Validator(
+        [](std::string& value) -> std::string {
+          const size_t sign = value[0] == '-' || value[0] == '+' ? 1 : 0;
+          const bool digits = value.size() > sign && value.find_first_not_of("0123456789", sign) == std::string::npos;
+          if (digits) {
+            const size_t first = std::min(value.find_first_not_of('0', sign), value.size() - 1);
+            value = value.substr(0, sign) + value.substr(first);
+            return std::string();
+          }
+          const bool other_base = value.size() > sign + 1 && value[sign] == '0' && std::isalpha(static_cast<unsigned char>(value[sign + 1]));
+          return other_base ? "must be a decimal integer, got " + value : std::string();
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) harden_options(*sub);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +107,9 @@ int main(int argc, char** argv) {
   add_calibrate_command(app, run);
   add_simulate_command(app, run);
   add_conform_command(app, run);
+  harden_options(app);
+  // Every file this command reads is an input no output of it may replace (core/util/files.h).
+  mfsdp::guard_command_inputs();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

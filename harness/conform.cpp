@@ -3,6 +3,7 @@
 #include "core/io/safetensors.h"
 #include "core/plan/dtype_names.h"
 #include "core/util/files.h"
+#include "core/util/json_limits.h"
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
@@ -300,7 +301,7 @@ Tolerance parse_tolerance(const std::string& spec) {
   const std::string text = read_file(spec, "--tolerance", int64_t{1} << 20);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json(text, "--tolerance " + spec);
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "--tolerance ", spec, ": not valid JSON: ", e.what());
   }

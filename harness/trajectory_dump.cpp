@@ -10,6 +10,7 @@
 #include "core/train/trainer.h"
 #include "core/util/errors.h"
 #include "core/util/files.h"
+#include "core/util/json_limits.h"
 
 #include <c10/util/Exception.h>
 
@@ -95,10 +96,12 @@ TrajectoryWriter::TrajectoryWriter(std::string dir, nlohmann::json header) : dir
 void TrajectoryWriter::add(const TrajectoryStep& step, const ParamMap& params, const ParamMap* grads) {
   TrajectoryStep s = step;
   s.params = step_file("params", s.step);
-  write_safetensors(dir_ + "/" + s.params, sorted_tensors(params), {{"step", std::to_string(s.step)}, {"kind", "params"}});
+  write_safetensors(dir_ + "/" + s.params, sorted_tensors(params), {{"step", std::to_string(s.step)}, {"kind", "params"}},
+                    WriteScope::own_directory);
   if (grads) {
     s.grads = step_file("grads", s.step);
-    write_safetensors(dir_ + "/" + s.grads, sorted_tensors(*grads), {{"step", std::to_string(s.step)}, {"kind", "grads"}});
+    write_safetensors(dir_ + "/" + s.grads, sorted_tensors(*grads), {{"step", std::to_string(s.step)}, {"kind", "grads"}},
+                      WriteScope::own_directory);
   }
   steps_.push_back(s);
   write_header(false);
@@ -111,7 +114,7 @@ void TrajectoryWriter::write_header(bool complete) {
   j["complete"] = complete;
   j["steps"] = nlohmann::json::array();
   for (const TrajectoryStep& s : steps_) j["steps"].push_back(step_json(s));
-  write_file_atomic(dir_ + "/" + kTrajectoryHeaderFile, j.dump(1) + "\n");
+  write_file_atomic(dir_ + "/" + kTrajectoryHeaderFile, j.dump(1) + "\n", WriteScope::own_directory);
 }
 
 std::unique_ptr<TrajectoryWriter> attach_trajectory_dump(RankContext& ctx, TrainConfig& config, const std::string& dir,
@@ -143,7 +146,7 @@ TrajectoryDump read_trajectory(const std::string& dir) {
   TORCH_CHECK(path_exists(path), "'", dir, "' holds no ", kTrajectoryHeaderFile, ": not a trajectory dump");
   const std::string text = read_file(path, "trajectory header", int64_t{64} << 20);
   try {
-    d.header = nlohmann::json::parse(text);
+    d.header = parse_json(text, path);
   } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, path, ": not valid JSON (", e.what(),
                 "); NaN and Infinity are not JSON: a dump writes them as the strings \"nan\", \"inf\", \"-inf\"");

@@ -2,6 +2,7 @@
 
 #include "core/util/files.h"
 #include "core/util/json_fields.h"
+#include "core/util/json_limits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -35,7 +36,7 @@ CollectiveKind collective_kind_from_string(const std::string& name) {
 HardwareProfile hardware_profile_from_json(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
+    j = parse_json(text, std::string(kKind) + ": '" + path + "'");
   } catch (const nlohmann::json::parse_error& e) {
     bad_json(kKind, path, "the file", std::string("malformed JSON: ") + e.what());
   }

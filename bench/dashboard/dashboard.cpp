@@ -3,6 +3,8 @@
 #include "bench/dashboard/dashboard.h"
 
 #include "core/util/units.h"
+#include "core/util/files.h"
+#include "core/util/json_limits.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -457,12 +459,12 @@ void render_peers(std::ostringstream& o, const nlohmann::json& R, size_t f, cons
 }  // namespace
 
 nlohmann::json load_dashboard_input(const std::string& path) {
-  std::ifstream in(path);
-  TORCH_CHECK(in, "dashboard: cannot read '", path, "'");
+  // A regular file of at most 64 MiB (a result file is kilobytes), depth-bounded JSON.
+  const std::string text = read_file(path, "dashboard", int64_t{64} << 20);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
+    j = parse_json(text, "dashboard: '" + path + "'");
+  } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "dashboard: '", path, "' is not JSON: ", e.what());
   }
   const std::string format = j.is_object() ? j.value("format", std::string()) : std::string();

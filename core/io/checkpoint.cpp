@@ -133,6 +133,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
   // 1. Rank 0 prepares an empty temporary directory (left over from a crashed attempt: removed).
   std::string error;
   if (me == 0) error = error_of([&] {
+      if (ctx.check_lock) ctx.check_lock();
       make_dirs(root);
       if (!ctx.allow_rollback) {
         const std::optional<int64_t> newest = latest_step(root);
@@ -187,7 +188,8 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
     // function of seed, step and rank), and the process-global CPU generator is shared by ranks
     // that are threads, so it is no rank's state to save.
     write_safetensors(tmp_dir + "/" + record.file, tensors,
-                      {{"format", "pt"}, {"mfsdp_rank", std::to_string(me)}, {"mfsdp_step", std::to_string(ctx.step)}});
+                      {{"format", "pt"}, {"mfsdp_rank", std::to_string(me)}, {"mfsdp_step", std::to_string(ctx.step)}},
+                      WriteScope::own_directory);
     manifest = compute_manifest(tmp_dir, record.file);
   });
   if (ctx.after_rank_file) ctx.after_rank_file();
@@ -200,6 +202,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
     TORCH_CHECK(payloads[r].empty() || payloads[r][0] != '!', "checkpoint: writing '", tmp_dir, "' failed on rank ", r, ": ",
                 payloads[r].substr(1));
   if (me == 0) error = error_of([&] {
+      if (ctx.check_lock) ctx.check_lock();
       CheckpointLayout layout;
       layout.step = ctx.step;
       layout.torch_version = TORCH_VERSION;
@@ -219,7 +222,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
       }
       const std::string text = layout_json(layout, ranks, manifests);
       parse_layout(text, tmp_dir + "/layout.json");  // what we commit must read back
-      write_file_atomic(tmp_dir + "/layout.json", text);
+      write_file_atomic(tmp_dir + "/layout.json", text, WriteScope::own_directory);
       fsync_path(tmp_dir);
       const std::string old = root + "/." + name + ".old";
       if (path_exists(final_dir)) {  // a checkpoint of this step that `latest` may not name (resumed run)
@@ -230,7 +233,7 @@ std::string save_checkpoint(const std::string& root, OwnerRuntime& rt, const Che
       TORCH_CHECK(::rename(tmp_dir.c_str(), final_dir.c_str()) == 0, "checkpoint: cannot rename '", tmp_dir, "' to '",
                   final_dir, "': ", std::strerror(errno));
       fsync_path(root);
-      write_file_atomic(root + "/latest", latest_text(name, text));
+      write_file_atomic(root + "/latest", latest_text(name, text), WriteScope::own_directory);
       fsync_path(root);
       remove_flat_dir(old);
     });

@@ -29,6 +29,9 @@ struct CheckpointContext {
   // `latest` may move backwards (a run resumed from an earlier step rolls back); otherwise a
   // `latest` naming a newer step than this one refuses the commit (another run writes here).
   bool allow_rollback = false;
+  // Rank 0: throws when the directory's lock was taken from this run (CheckpointDirLock::check_held),
+  // checked before the temporary directory is made and again before the commit.
+  std::function<void()> check_lock;
   // Fault injection for tests: called after this rank's file is written, before the commit.
   std::function<void()> after_rank_file;
 };

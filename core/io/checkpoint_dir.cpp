@@ -1,5 +1,6 @@
 #include "core/io/checkpoint_dir.h"
 
+#include "core/util/errors.h"
 #include "core/util/files.h"
 
 #include <c10/util/Exception.h>
@@ -72,43 +73,60 @@ std::string shown(const nlohmann::json& v) { return v.is_null() ? std::string("(
 
 }  // namespace
 
-CheckpointDirLock::CheckpointDirLock(const std::string& dir) {
+CheckpointDirLock::CheckpointDirLock(const std::string& dir) : dir_(dir) {
   try {
     make_dirs(dir);
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "checkpoint directory '", dir, "': cannot create it: ", e.what());
+    TORCH_CHECK(false, "checkpoint directory '", dir, "': cannot create it: ", error_message(e));
   }
   TORCH_CHECK(is_directory(dir), "checkpoint directory '", dir, "' is not a directory");
   TORCH_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "checkpoint directory '", dir, "' is not writable: ",
               std::strerror(errno));
-  const std::string path = dir + "/lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  TORCH_CHECK(fd_ >= 0, "checkpoint directory '", dir, "': cannot open '", path, "': ", std::strerror(errno));
+  // The lock is held on the directory itself: no file another command writes or replaces inside
+  // it can take it away (the `lock` file only names the holder).
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  TORCH_CHECK(fd_ >= 0, "checkpoint directory '", dir, "': cannot open it: ", std::strerror(errno));
+  const std::string record = dir + "/lock";
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char buf[1024] = {0};
-    const ssize_t n = ::pread(fd_, buf, sizeof(buf) - 1, 0);
     ::close(fd_);
     fd_ = -1;
-    std::string holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string("an unknown process");
-    while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    std::string holder = "an unknown process";
+    try {
+      holder = read_file(record, "checkpoint lock", 4096);
+      while (!holder.empty() && (holder.back() == '\n' || holder.back() == ' ')) holder.pop_back();
+    } catch (const std::exception&) {
+    }
     TORCH_CHECK(err != EWOULDBLOCK, "checkpoint directory '", dir, "' is in use by another run (", holder,
                 "); wait for it to finish, or give this run another --checkpoint-dir");
-    TORCH_CHECK(false, "checkpoint directory '", dir, "': cannot lock '", path, "': ", std::strerror(err));
+    TORCH_CHECK(false, "checkpoint directory '", dir, "': cannot lock it: ", std::strerror(err));
   }
+  struct stat st {};
+  ::fstat(fd_, &st);
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
+  note_checkpoint_dir(dir);
   // Ours now: record who holds it (whatever an earlier, crashed holder left is replaced).
   const std::string text = "pid " + std::to_string(::getpid()) + " on " + host_name() + " since " + now_utc() + ": " +
                            command_line() + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
-    const int err = errno;
+  try {
+    write_file_atomic(record, text, WriteScope::own_directory);
+  } catch (const std::exception& e) {
     ::close(fd_);
     fd_ = -1;
-    TORCH_CHECK(false, "checkpoint directory '", dir, "': cannot write '", path, "': ", std::strerror(err));
+    TORCH_CHECK(false, "checkpoint directory '", dir, "': cannot write '", record, "': ", error_message(e));
   }
 }
 
 CheckpointDirLock::~CheckpointDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock; the file stays, naming the last holder
+  if (fd_ >= 0) ::close(fd_);  // releases the flock; the record stays, naming the last holder
+}
+
+void CheckpointDirLock::check_held() const {
+  struct stat st {};
+  const bool same = ::stat(dir_.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  TORCH_CHECK(same, "checkpoint directory '", dir_, "' was moved or replaced while this run held its lock; ",
+              "stopping before writing into whatever is there now");
 }
 
 std::string step_dir_name(int64_t step) {

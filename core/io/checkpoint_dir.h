@@ -1,8 +1,10 @@
 // A checkpoint directory belongs to one run at a time (docs/checkpoints.md, "Ownership"):
-//  - CheckpointDirLock: rank 0 holds an flock(2) on D/lock while it trains; the file names the
-//    holder (pid, host, start time, command line) for the error another run gets. The kernel
-//    drops the lock with its process, so a crashed run's lock is free at once: the text left in
-//    the file is only a record and is replaced by the next holder (stale-lock recovery).
+//  - CheckpointDirLock: rank 0 holds an flock(2) on the directory D itself while it trains (no file
+//    written or replaced inside D can take it away); D/lock names the holder (pid, host, start
+//    time, command line) for the error another run gets. The kernel drops the lock with its
+//    process, so a crashed run's lock is free at once: the record left in D/lock is replaced by
+//    the next holder (stale-lock recovery). Before every commit the holder checks that D is still
+//    the directory it locked (check_held).
 //  - committed_steps / latest_step: what the directory holds.
 //  - compare_settings: what differs between the settings a checkpoint was written with and a run
 //    that resumes it (a different model is refused; a different learning rate is allowed, said).
@@ -27,9 +29,13 @@ class CheckpointDirLock {
   ~CheckpointDirLock();
   CheckpointDirLock(const CheckpointDirLock&) = delete;
   CheckpointDirLock& operator=(const CheckpointDirLock&) = delete;
+  // Throws when the path no longer names the directory this lock holds (moved, replaced).
+  void check_held() const;
 
  private:
+  std::string dir_;
   int fd_ = -1;
+  uint64_t dev_ = 0, ino_ = 0;
 };
 
 // "step_00000012" for 12.

@@ -7,6 +7,7 @@
 #include "core/util/crc32.h"
 #include "core/util/files.h"
 #include "core/util/json_fields.h"
+#include "core/util/json_limits.h"
 
 #include <c10/util/Exception.h>
 
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -62,12 +64,12 @@ int64_t chunk_bytes_for(int64_t file_bytes) {
 
 FileManifest compute_manifest(const std::string& dir, const std::string& file) {
   const std::string path = dir + "/" + file;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "checkpoint: cannot open '", path, "': ", std::strerror(errno));
+  const OpenedFile opened = open_regular_file(path, "checkpoint", std::numeric_limits<int64_t>::max());
+  const int fd = opened.fd;
   FileManifest m;
   m.file = file;
   struct stat st {};
-  TORCH_CHECK(::fstat(fd, &st) == 0, "checkpoint: cannot stat '", path, "'");
+  st.st_size = opened.bytes;
   m.chunk_bytes = chunk_bytes_for(st.st_size);
   std::vector<char> buf(static_cast<size_t>(m.chunk_bytes));
   while (true) {
@@ -221,8 +223,8 @@ std::string layout_to_json(const CheckpointLayout& layout) {
 CheckpointLayout parse_layout(const std::string& text, const std::string& path) {
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+    j = parse_json(text, "checkpoint: '" + path + "'");
+  } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "checkpoint: '", path, "' is not JSON: ", e.what());
   }
   const Fields f{j, path, "layout", kCheckpoint};
@@ -397,11 +399,13 @@ CheckpointLayout read_layout(const std::string& dir) {
 
 VerifiedFile::VerifiedFile(const std::string& dir, const FileManifest& manifest)
     : path_(dir + "/" + manifest.file), manifest_(manifest) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd_ >= 0, "checkpoint: cannot open '", path_, "': ", std::strerror(errno),
-              errno == ENOENT ? " (a rank file of the layout is missing)" : "");
+  // A regular file only (a FIFO in its place is refused, not waited on).
+  TORCH_CHECK(path_exists(path_), "checkpoint: cannot open '", path_, "': ", std::strerror(ENOENT),
+              " (a rank file of the layout is missing)");
+  const OpenedFile f = open_regular_file(path_, "checkpoint", std::numeric_limits<int64_t>::max());
+  fd_ = f.fd;
   struct stat st {};
-  TORCH_CHECK(::fstat(fd_, &st) == 0, "checkpoint: cannot stat '", path_, "'");
+  st.st_size = f.bytes;
   if (st.st_size != manifest_.bytes) {
     ::close(fd_);
     fd_ = -1;

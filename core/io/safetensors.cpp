@@ -1,6 +1,7 @@
 #include "core/io/safetensors.h"
 
 #include "core/util/files.h"
+#include "core/util/json_limits.h"
 
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <limits>
 
 namespace mfsdp {
 namespace {
@@ -37,10 +39,9 @@ void read_at(int fd, void* data, size_t n, int64_t offset, const std::string& pa
   }
 }
 
+// A regular file only (a FIFO is refused, not waited on); any size (tensors are read in pieces).
 int open_read(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "safetensors: cannot open '", path, "': ", std::strerror(errno));
-  return fd;
+  return open_regular_file(path, "safetensors", std::numeric_limits<int64_t>::max()).fd;
 }
 
 }  // namespace
@@ -52,7 +53,7 @@ const SafetensorsEntry& SafetensorsHeader::at(const std::string& name) const {
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata, WriteScope scope) {
   std::vector<std::pair<std::string, at::Tensor>> sorted;
   for (const auto& [name, t] : tensors) {
     TORCH_CHECK(name != "__metadata__", "safetensors: '__metadata__' is reserved");
@@ -75,7 +76,7 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
 
-  AtomicFile out(path);  // complete or absent, never half-written
+  AtomicFile out(path, scope);  // complete or absent, never half-written
   out.write(len, 8);
   out.write(text);
   for (const auto& [name, t] : sorted) out.write(t.const_data_ptr(), t.nbytes());
@@ -103,8 +104,8 @@ SafetensorsHeader parse_safetensors_header(const std::string& path, int64_t size
   read(text.data(), n, 8);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
+    j = parse_json(text, "safetensors: '" + path + "' header");
+  } catch (const nlohmann::json::exception& e) {
     TORCH_CHECK(false, "safetensors: '", path, "' has a header that is not JSON: ", e.what());
   }
   TORCH_CHECK(j.is_object(), "safetensors: '", path, "': the header is not a JSON object");

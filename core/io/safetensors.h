@@ -9,6 +9,7 @@
 #pragma once
 
 #include "core/plan/dtype_names.h"
+#include "core/util/files.h"
 
 #include <ATen/core/Tensor.h>
 
@@ -38,9 +39,11 @@ struct SafetensorsHeader {
 
 // Writes `tensors` (any order; stored sorted by name, as the Python library does) and `metadata`
 // to `path` atomically: a temporary file in the same directory, fsync, rename. Tensors may live on
-// any device and need not be contiguous.
+// any device and need not be contiguous. `scope`: a file a flag names (the path rule's checks,
+// core/util/files.h) or one inside a directory this process writes (a checkpoint, a dump).
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       WriteScope scope = WriteScope::user_output);
 
 // Parses and validates the header of `path`.
 SafetensorsHeader read_safetensors_header(const std::string& path);

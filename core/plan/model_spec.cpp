@@ -1,6 +1,7 @@
 #include "core/plan/model_spec.h"
 
 #include "core/util/enum_names.h"
+#include "core/util/json_limits.h"
 
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
@@ -159,7 +160,7 @@ void validate(const ModelSpec& spec) {
 ModelSpec model_spec_from_json(const std::string& text, const std::string& source_name) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(text);
+    doc = parse_json(text, "model spec " + source_name);
   } catch (const nlohmann::json::parse_error& e) {
     TORCH_CHECK(false, "model spec ", source_name, ": malformed JSON: ", e.what());
   }

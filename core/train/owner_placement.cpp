@@ -102,6 +102,7 @@ class OwnerRunner : public PlacementRunner {
     ctx.sampler = nlohmann::json::parse(loop.sampler);
     if (!loop.lr_schedule.empty()) ctx.lr_schedule = nlohmann::json::parse(loop.lr_schedule);
     ctx.allow_rollback = config.checkpoint_rollback;
+    ctx.check_lock = config.check_checkpoint_lock;
     const auto& kill_at = config.kill_rank_in_checkpoint;
     if (kill_at && kill_at->first == world_.rank() && kill_at->second == step)
       ctx.after_rank_file = [] { kill(getpid(), SIGKILL); };  // a rank lost mid-checkpoint, for the fault tests

@@ -6,6 +6,7 @@
 #include "core/runtime/clipping.h"
 #include "core/train/qk_clip.h"
 #include "core/util/files.h"
+#include "core/util/json_limits.h"
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
@@ -59,7 +60,7 @@ std::vector<std::string> sampler_differences(const std::string& recorded_text, c
   std::vector<std::string> out;
   nlohmann::json recorded;
   try {
-    recorded = nlohmann::json::parse(recorded_text);
+    recorded = parse_json(recorded_text, "checkpoint sampler state");
   } catch (const std::exception&) {
     return {"the checkpoint's sampler state is unreadable"};
   }
@@ -248,6 +249,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     }
     if (!config.checkpoint_dir.empty() && ctx.rank == 0) {
       lock = std::make_unique<CheckpointDirLock>(config.checkpoint_dir);
+      run.check_checkpoint_lock = [held = lock.get()] { held->check_held(); };
       claim_checkpoint_dir(run, resumed);
     }
   });

@@ -77,6 +77,9 @@ struct TrainConfig {
   // Set by train_loop, not by callers: resuming from an earlier step of checkpoint_dir than its
   // `latest` (a rollback), so the checkpoints written from there may move `latest` backwards.
   bool checkpoint_rollback = false;
+  // Set by train_loop on rank 0, not by callers: throws when checkpoint_dir is no longer the
+  // directory this run locked (checked before every commit).
+  std::function<void()> check_checkpoint_lock;
   std::function<void(const std::string&)> on_notice;  // rank 0: what the loop did to checkpoint_dir
 };
 

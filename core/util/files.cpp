@@ -8,19 +8,165 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
-#include <sstream>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 namespace mfsdp {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
-  // Refused before anything is written (not at the final rename, after all the work).
+namespace {
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+struct FileId {
+  dev_t dev;
+  ino_t ino;
+  bool operator==(const FileId& o) const { return dev == o.dev && ino == o.ino; }
+};
+
+// The command's inputs and noted checkpoint directories (process-wide: ranks may be threads).
+struct Registry {
+  std::mutex mutex;
+  bool guard_inputs = false;
+  std::vector<std::pair<FileId, std::string>> inputs, checkpoint_dirs;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+void note_input(const struct stat& st, const std::string& path) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.guard_inputs) return;
+  const FileId id{st.st_dev, st.st_ino};
+  for (const auto& [known, p] : r.inputs)
+    if (known == id) return;
+  r.inputs.emplace_back(id, path);
+}
+
+// The input `path` is (by device and inode), or "".
+std::string input_at(const std::string& path) {
   struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& [id, p] : r.inputs)
+    if (id == FileId{st.st_dev, st.st_ino}) return p;
+  return "";
+}
+
+// The first `n` bytes of `path` if it is a regular file (never blocks on a FIFO), else "".
+std::string regular_prefix(const std::string& path, size_t n) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    out.resize(n);
+    const ssize_t r = ::pread(fd, out.data(), n, 0);
+    out.resize(r > 0 ? static_cast<size_t>(r) : 0);
+  }
+  ::close(fd);
+  return out;
+}
+
+// mfsdp's own marks of a checkpoint directory: a step's layout.json, or the root's `latest` (a
+// step name) or `lock` (a holder record).
+bool marked_as_checkpoint(const std::string& dir) {
+  struct stat st {};
+  if (::lstat((dir + "/layout.json").c_str(), &st) == 0 && S_ISREG(st.st_mode)) return true;
+  if (regular_prefix(dir + "/latest", 5) == "step_") return true;
+  return regular_prefix(dir + "/lock", 4) == "pid ";
+}
+
+void refuse_inside_checkpoint(const std::string& path, const std::string& what) {
+  const std::string ck = checkpoint_dir_holding(parent_of(path));
+  TORCH_CHECK(ck.empty(), what, ": refusing to write '", path, "': it lies inside checkpoint directory '", ck,
+              "' (only mfsdp's checkpoint writer writes there; name an output outside it)");
+}
+
+// A user output is refused when it is a symbolic link, one of the command's inputs, or inside a
+// checkpoint directory; checked when the file is opened and again just before it is committed.
+void check_user_output(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    TORCH_CHECK(!S_ISLNK(st.st_mode), what, ": refusing to write '", path,
+                "': it is a symbolic link (outputs never write through or replace a link; name its target or a new file)");
+    TORCH_CHECK(!S_ISDIR(st.st_mode), what, ": '", path, "' is a directory");
+  }
+  const std::string input = input_at(path);
+  TORCH_CHECK(input.empty(), what, ": refusing to write '", path, "': it is this command's input '", input,
+              "' (an output never replaces an input; name another file)");
+  refuse_inside_checkpoint(path, what);
+}
+
+}  // namespace
+
+void guard_command_inputs() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.guard_inputs = true;
+}
+
+void note_checkpoint_dir(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return;  // created later; marked by its lock then
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.checkpoint_dirs.emplace_back(FileId{st.st_dev, st.st_ino}, dir);
+}
+
+std::string checkpoint_dir_holding(const std::string& dir) {
+  // The nearest existing ancestor, resolved (a directory yet to be created lies where it will).
+  std::string existing = dir.empty() ? "." : dir;
+  char* real = nullptr;
+  while (!(real = ::realpath(existing.c_str(), nullptr))) {
+    const std::string up = parent_of(existing);
+    if (up == existing) return "";
+    existing = up;
+  }
+  std::string at = real;
+  std::free(real);
+  while (true) {
+    struct stat st {};
+    if (::stat(at.c_str(), &st) == 0) {
+      {
+        Registry& r = registry();
+        std::lock_guard<std::mutex> lock(r.mutex);
+        for (const auto& [id, p] : r.checkpoint_dirs)
+          if (id == FileId{st.st_dev, st.st_ino}) return at;
+      }
+      if (marked_as_checkpoint(at)) return at;
+    }
+    if (at == "/") return "";
+    at = parent_of(at);
+  }
+}
+
+AtomicFile::AtomicFile(std::string path, WriteScope scope) : path_(std::move(path)), scope_(scope) {
+  // Refused before anything is written (not at the final rename, after all the work).
   TORCH_CHECK(!path_.empty(), "cannot write a file with an empty name");
+  struct stat st {};
   TORCH_CHECK(::stat(path_.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), "cannot write '", path_, "': it is a directory");
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  TORCH_CHECK(fd_ >= 0, "cannot write '", path_, "' (its temporary '", tmp_, "'): ", std::strerror(errno));
+  if (scope_ == WriteScope::user_output) check_user_output(path_, "output");
+  // A unique temporary beside the target (two writers of one path never share one), hidden.
+  std::string tmpl = parent_of(path_) + "/." + base_of(path_) + ".tmp.XXXXXX";
+  fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  TORCH_CHECK(fd_ >= 0, "cannot write '", path_, "' (its temporary in '", parent_of(path_), "'): ", std::strerror(errno));
+  tmp_ = tmpl;
+  ::fchmod(fd_, 0644);
 }
 
 AtomicFile::~AtomicFile() {
@@ -36,18 +182,34 @@ void AtomicFile::write(const void* data, size_t n) {
   while (done < n) {
     const ssize_t w = ::write(fd_, p + done, n - done);
     if (w < 0 && errno == EINTR) continue;
-    TORCH_CHECK(w > 0, "cannot write '", tmp_, "': ", std::strerror(errno));
+    TORCH_CHECK(w > 0, "cannot write '", path_, "' (its temporary '", tmp_, "'): ", std::strerror(errno));
     done += static_cast<size_t>(w);
   }
 }
 
 void AtomicFile::commit() {
   TORCH_CHECK(fd_ >= 0, "'", path_, "' was already committed");
-  TORCH_CHECK(::fsync(fd_) == 0, "cannot sync '", tmp_, "': ", std::strerror(errno));
-  TORCH_CHECK(::close(fd_) == 0, "cannot close '", tmp_, "': ", std::strerror(errno));
+  if (scope_ == WriteScope::user_output) {
+    try {
+      check_user_output(path_, "output");  // again: an input read, or a link made, since it was opened
+    } catch (...) {
+      ::close(fd_);
+      fd_ = -1;
+      ::unlink(tmp_.c_str());
+      throw;
+    }
+  }
+  const bool synced = ::fsync(fd_) == 0;
+  const int sync_err = errno;
+  const bool closed = ::close(fd_) == 0;
+  const int close_err = errno;
   fd_ = -1;
+  if (!synced || !closed) {
+    ::unlink(tmp_.c_str());
+    TORCH_CHECK(false, "cannot ", synced ? "close" : "sync", " '", tmp_, "': ", std::strerror(synced ? close_err : sync_err));
+  }
   // POSIX rename (libtorch.so exports std::filesystem symbols that can interpose the standard
-  // library's; docs/gloo-notes.md).
+  // library's; docs/gloo-notes.md). It replaces a link at `path`, never what the link names.
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp_.c_str());
@@ -55,14 +217,16 @@ void AtomicFile::commit() {
   }
 }
 
-void write_file_atomic(const std::string& path, const std::string& text) {
-  AtomicFile f(path);
+void write_file_atomic(const std::string& path, const std::string& text, WriteScope scope) {
+  AtomicFile f(path, scope);
   f.write(text);
   f.commit();
 }
 
-std::string read_file(const std::string& path, const std::string& what, int64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+OpenedFile open_regular_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  TORCH_CHECK(!path.empty(), what, ": empty path");
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, what, ": cannot read '", path, "': ", std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -72,22 +236,30 @@ std::string read_file(const std::string& path, const std::string& what, int64_t 
   }
   if (st.st_size > max_bytes) {
     ::close(fd);
-    TORCH_CHECK(false, what, ": '", path, "' has ", st.st_size, " bytes, more than the ", max_bytes, " allowed");
+    TORCH_CHECK(false, what, ": '", path, "' has ", static_cast<int64_t>(st.st_size), " bytes, more than the ", max_bytes,
+                " allowed");
   }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  note_input(st, path);
+  return {fd, static_cast<int64_t>(st.st_size)};
+}
+
+std::string read_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  const OpenedFile f = open_regular_file(path, what, max_bytes);
+  std::string out(static_cast<size_t>(f.bytes), '\0');
   size_t got = 0;
   while (got < out.size()) {
-    const ssize_t r = ::read(fd, out.data() + got, out.size() - got);
+    const ssize_t r = ::read(f.fd, out.data() + got, out.size() - got);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       const int err = errno;
-      ::close(fd);
+      ::close(f.fd);
       TORCH_CHECK(false, what, ": cannot read '", path, "': ", std::strerror(err));
     }
     if (r == 0) break;
     got += static_cast<size_t>(r);
   }
-  ::close(fd);
+  ::close(f.fd);
   out.resize(got);
   return out;
 }
@@ -113,18 +285,35 @@ void make_dirs(const std::string& path) {
 }
 
 void remove_flat_dir(const std::string& path) {
-  DIR* d = ::opendir(path.c_str());
-  if (!d) {
-    TORCH_CHECK(errno == ENOENT, "cannot open directory '", path, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    TORCH_CHECK(errno == ENOENT, "cannot remove '", path, "': ", std::strerror(errno));
     return;
   }
+  if (!S_ISDIR(st.st_mode)) {  // a link (to a directory or not) or a file in its place: itself only
+    TORCH_CHECK(::unlink(path.c_str()) == 0, "cannot remove '", path, "': ", std::strerror(errno));
+    return;
+  }
+  const int dfd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  TORCH_CHECK(dfd >= 0, "cannot open directory '", path, "': ", std::strerror(errno));
+  DIR* d = ::fdopendir(dfd);
+  if (!d) {
+    const int err = errno;
+    ::close(dfd);
+    TORCH_CHECK(false, "cannot open directory '", path, "': ", std::strerror(err));
+  }
+  std::vector<std::string> names;
   while (dirent* e = ::readdir(d)) {
     const std::string name = e->d_name;
-    if (name == "." || name == "..") continue;
-    const std::string p = path + "/" + name;
-    if (::unlink(p.c_str()) != 0) {
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  for (const std::string& name : names) {
+    // The directory's own entry: a symbolic link is removed, never followed.
+    if (::unlinkat(dfd, name.c_str(), 0) != 0) {
+      const int err = errno;
       ::closedir(d);
-      TORCH_CHECK(false, "cannot remove '", p, "': ", std::strerror(errno));
+      TORCH_CHECK(false, "cannot remove '", path, "/", name, "': ", std::strerror(err),
+                  err == EISDIR ? " (a directory inside a checkpoint step: not written by mfsdp, left in place)" : "");
     }
   }
   ::closedir(d);
@@ -132,7 +321,7 @@ void remove_flat_dir(const std::string& path) {
 }
 
 void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   TORCH_CHECK(fd >= 0, "cannot open '", path, "' to sync it: ", std::strerror(errno));
   const int rc = ::fsync(fd);
   ::close(fd);
@@ -144,6 +333,7 @@ void fsync_path(const std::string& path) {
 namespace mfsdp {
 
 void check_input_file(const std::string& path, const std::string& what, int64_t max_bytes) {
+  TORCH_CHECK(!path.empty(), what, ": empty path");
   struct stat st {};
   TORCH_CHECK(::stat(path.c_str(), &st) == 0, what, ": cannot read '", path, "': ", std::strerror(errno));
   TORCH_CHECK(!S_ISDIR(st.st_mode), what, ": '", path, "' is a directory, not a file");
@@ -151,15 +341,8 @@ void check_input_file(const std::string& path, const std::string& what, int64_t 
   TORCH_CHECK(::access(path.c_str(), R_OK) == 0, what, ": cannot read '", path, "': ", std::strerror(errno));
   TORCH_CHECK(st.st_size <= max_bytes, what, ": '", path, "' has ", static_cast<int64_t>(st.st_size), " bytes, more than the ",
               max_bytes, " allowed");
+  note_input(st, path);
 }
-
-namespace {
-std::string parent_of(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-}  // namespace
 
 void check_output_path(const std::string& path, const std::string& what) {
   TORCH_CHECK(!path.empty(), what, ": empty path");
@@ -169,6 +352,7 @@ void check_output_path(const std::string& path, const std::string& what) {
   TORCH_CHECK(::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode), what, ": cannot write '", path, "': its directory '", dir,
               "' does not exist");
   TORCH_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, what, ": cannot write '", path, "': directory '", dir, "' is not writable");
+  check_user_output(path, what);
 }
 
 void check_output_dir(const std::string& dir, const std::string& what) {
@@ -187,6 +371,7 @@ void check_output_dir(const std::string& dir, const std::string& what) {
 
 void check_empty_output_dir(const std::string& dir, const std::string& what) {
   check_output_dir(dir, what);
+  refuse_inside_checkpoint(dir + "/x", what);
   struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) return;  // absent: created by the writer
   TORCH_CHECK(S_ISDIR(st.st_mode), what, ": '", dir, "' is not a directory", S_ISLNK(st.st_mode) ? " (a symbolic link)" : "");
