@@ -76,10 +76,16 @@ Child spawn(int rank, const LaunchOptions& options, std::uint16_t port) {
   std::vector<std::string> argv_strings = options.command;
   std::vector<char*> envp = c_strings(env_strings);
   std::vector<char*> argv = c_strings(argv_strings);
+  // The exec failure's message, built here (strerror is not async-signal-safe), per likely errno.
+  const std::string cannot = "launch: rank " + std::to_string(rank) + ": cannot run '" + options.command[0] + "': ";
+  const std::string no_such = cannot + std::strerror(ENOENT) + "\n", denied = cannot + std::strerror(EACCES) + "\n",
+                    not_exec = cannot + std::strerror(ENOEXEC) + "\n", other = cannot + "exec failed\n";
   const pid_t parent = getpid();
   pid_t pid = fork();
   TORCH_CHECK(pid >= 0, "launch: fork failed for rank ", rank, ": ", std::strerror(errno));
   if (pid == 0) {
+    // Its own process group: the launcher signals the rank and everything the rank started.
+    setpgid(0, 0);
     // The rank dies with its launcher (even a SIGKILLed one), instead of training on as an orphan;
     // if the launcher is already gone, at once.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -87,10 +93,11 @@ Child spawn(int rank, const LaunchOptions& options, std::uint16_t port) {
     dup2(out_pipe[1], STDOUT_FILENO);
     dup2(err_pipe[1], STDERR_FILENO);
     execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "launch: exec failed\n";
-    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    const std::string& msg = errno == ENOENT ? no_such : errno == EACCES ? denied : errno == ENOEXEC ? not_exec : other;
+    (void)!write(STDERR_FILENO, msg.data(), msg.size());
     _exit(127);
   }
+  setpgid(pid, pid);  // also here: no signal may reach the group before the child made it
   close(out_pipe[1]);
   close(err_pipe[1]);
   Child child;
@@ -165,10 +172,11 @@ int launch_processes(const LaunchOptions& options) {
   bool terminated = false, killed = false;
   size_t alive = children.size();
 
+  // Every rank's process group, reaped ranks' too: what a rank started may outlive it.
   auto signal_all = [&](int sig) {
-    for (auto& c : children)
-      if (!c.reaped) kill(c.pid, sig);
+    for (auto& c : children) kill(-c.pid, sig);
   };
+  int stopped_by = 0;  // the signal that stopped the launcher itself
 
   while (true) {
     std::vector<pollfd> fds;
@@ -212,8 +220,16 @@ int launch_processes(const LaunchOptions& options) {
       }
     }
     if (int sig = g_forward_signal.exchange(0)) {
+      // Stopped from outside: the signal goes to every rank's group; ranks still there after
+      // --grace-s are killed.
+      if (!stopped_by) {
+        std::fprintf(stderr, "launch: got SIG%s; passing it to %zu rank(s), SIGKILL after %lld ms\n", sigabbrev_np(sig), alive,
+                     static_cast<long long>(options.grace.count()));
+        kill_at = std::chrono::steady_clock::now() + options.grace;
+      }
+      stopped_by = sig;
       signal_all(sig);
-      if (!first_failure) terminate_at = std::chrono::steady_clock::now();
+      terminated = true;
     }
     auto now = std::chrono::steady_clock::now();
     if (alive > 0 && first_failure && !terminated && now >= terminate_at) {
@@ -247,6 +263,9 @@ int launch_processes(const LaunchOptions& options) {
     }
   }
   if (first_failure) code = exit_code_of(children[*first_failure].status);
+  // After a failure or a signal, nothing a rank started is left running.
+  if (first_failure || stopped_by) signal_all(SIGKILL);
+  if (stopped_by) code = 128 + stopped_by;
   return code;
 }
 
