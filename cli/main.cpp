@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 
 namespace mfsdp::cli {
@@ -127,7 +129,18 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
   try {
-    return run ? run() : default_job();
+    const int code = run ? run() : default_job();
+    // What was printed must have been written: a full disk or a closed pipe fails the command.
+    std::cout.flush();
+    errno = 0;
+    const bool written = std::fflush(stdout) == 0 && !std::ferror(stdout) && !std::cout.fail();
+    if (!written) {
+      const int err = errno;
+      std::fprintf(stderr, "mfsdp: error: cannot write the output to stdout%s%s\n", err ? ": " : " (a write failed earlier)",
+                   err ? std::strerror(err) : "");
+      return code == kExitOk ? kExitFailure : code;
+    }
+    return code;
   } catch (const UsageError& e) {
     std::cerr << "mfsdp: " << e.what() << "\n";
     return kExitUsage;

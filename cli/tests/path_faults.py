@@ -12,6 +12,9 @@ assignment. From them the generators make:
             checkpoint directory;
   fifo      every file a command reads replaced by a FIFO (checkpoint inspect, export, resume,
             --data, --profile, --assign, --model, dashboard, --tolerance);
+  layout    a sealed checkpoint downgraded to format 1 (its seal removed, then edited), a `latest`
+            without its CRC, and resealed layouts with a garbage placement, a negative vocab or a
+            step unlike its directory;
   symlink   a checkpoint's step directories, `latest` and `lock` replaced by symbolic links to
             another run's files, under resume with --checkpoint-every 1 and --overwrite-checkpoints;
   json      a 100000-deep value in every JSON a command reads;
@@ -29,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zlib
 
 MFSDP, SOURCE = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 ONLY = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
@@ -247,6 +251,57 @@ def main():
         with_deep("tolerance", "tolerance.json", ["conform", "dumpA", "dumpB", "--tolerance", "tolerance.json"], '{"entries": %s}' % deep)
         with_deep("trajectory", "dumpA/trajectory.json", ["conform", "dumpA", "dumpB"], '{"header": %s}' % deep)
         with_deep("layout", "ck/%s/layout.json" % step, ["checkpoint", "inspect", "ck/" + step], '{"model": %s}' % deep)
+
+        # ---- layout: downgrades and values outside their domains, resealed so only the rule stops them.
+        def reseal(text):
+            key = '"layout_crc32": "'
+            at = text.index(key) + len(key)
+            zeroed = text[:at] + "00000000" + text[at + 8:]
+            return text[:at] + "%08x" % (zlib.crc32(zeroed.encode()) & 0xFFFFFFFF) + text[at + 8:]
+
+        L = os.path.join(box, "layout")
+
+        def with_layout(name, edit, expect, latest_edit=None, args=None):
+            shutil.rmtree(L, ignore_errors=True)
+            shutil.copytree(S, L, symlinks=True)
+            lp = os.path.join(L, "ck", step, "layout.json")
+            with open(lp) as f:
+                text = f.read()
+            with open(lp, "w") as f:
+                f.write(edit(text))
+            if latest_edit:
+                with open(os.path.join(L, "ck", "latest")) as f:
+                    lt = f.read()
+                with open(os.path.join(L, "ck", "latest"), "w") as f:
+                    f.write(latest_edit(lt))
+            for cmd in args or (["checkpoint", "inspect", "ck/" + step], ["export", "ck/" + step, "--out", "out/x"]):
+                case("layout", name + "/" + cmd[0], cmd, L, L, "fail", expect, allowed=["out/x"])
+
+        def unseal(text):  # format 1, seal removed, then a rank file's CRC edited
+            j = json.loads(text)
+            j["format_version"] = 1
+            del j["layout_crc32"]
+            j["manifest"][0]["crc32"] = (j["manifest"][0]["crc32"] + 1) % (1 << 32)
+            return json.dumps(j, indent=1) + "\n"
+
+        def resealed(field, value):
+            def edit(text):
+                j = json.loads(text)
+                cur = j
+                for k in field[:-1]:
+                    cur = cur[k]
+                cur[field[-1]] = value
+                return reseal(json.dumps(j, indent=1) + "\n")
+            return edit
+
+        with_layout("format1-unsealed", unseal, ["downgraded", "carries a layout CRC", "is sealed"])
+        with_layout("format1-unsealed-latest-too", unseal, ["downgraded", "is sealed", "format 3 and later", "format 4 and later"],
+                    latest_edit=lambda t: t.split("\n")[0] + "\n")
+        with_layout("latest-without-crc", lambda t: t, ["must carry 'layout_crc32'"], latest_edit=lambda t: t.split("\n")[0] + "\n",
+                    args=[["checkpoint", "inspect", "ck"], ["export", "ck", "--out", "out/x"]])
+        with_layout("placement-garbage", resealed(["placement"], "garbage"), ["not a placement that writes checkpoints"])
+        with_layout("vocab-negative", resealed(["model", "vocab"], -3), ["vocab", "not a positive integer"])
+        with_layout("step-unlike-directory", resealed(["step"], 7), ["says step 7 but its directory is"])
 
         # ---- flags: integers are decimal, paths are never empty.
         for flags, same_as in [(["-w", "010"], ["-w", "10"]), (["-w", "+4"], ["-w", "4"])]:

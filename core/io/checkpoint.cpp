@@ -259,6 +259,13 @@ std::string resolve_checkpoint(const std::string& path) {
                                 : "; committed checkpoints there: " + valid + " (resume one with --resume-from " + path + "/" +
                                       step_dir_name(steps.back()) + ")");
     }
+    if (!rec.has_layout_crc32) {
+      // A `latest` without its CRC is only an old (format 1) writer's; a sealed layout's must carry it.
+      const CheckpointLayout named = read_layout(dir);
+      TORCH_CHECK(named.format_version < 2, "checkpoint: '", latest, "' names '", rec.name, "' without its layout CRC, but that ",
+                  "layout is sealed (format ", named.format_version, "): a `latest` of a sealed format must carry 'layout_crc32' ",
+                  "(corrupted or hand-edited)");
+    }
     if (rec.has_layout_crc32) {
       const std::string text = read_file(dir + "/layout.json", "checkpoint", int64_t{256} << 20);
       const uint32_t actual = crc32(text.data(), text.size());

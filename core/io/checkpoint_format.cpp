@@ -11,6 +11,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -239,10 +240,34 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
   // Before any other field is believed: every byte of a format-2 layout is checked.
   if (L.format_version >= 2) check_layout_seal(text, path);
   else if (j.contains("layout_crc32")) bad_layout(path, "layout.layout_crc32", "is not part of format version 1 (corrupted version?)");
+  // A field a later format introduced cannot be in an earlier one: a layout whose version was
+  // lowered (to shed its seal) still holds them.
+  if (L.format_version < 3 && j.contains("precision"))
+    bad_layout(path, "layout.precision", "is a field of format 3 and later, in a format-" + std::to_string(L.format_version) +
+                                             " layout (a downgraded version?)");
+  if (L.format_version < 4 && j.contains("mesh"))
+    bad_layout(path, "layout.mesh", "is a field of format 4 and later, in a format-" + std::to_string(L.format_version) +
+                                        " layout (a downgraded version?)");
   L.step = f.integer("step");
   L.torch_version = f.string("torch_version");
   L.placement = f.string("placement");
+  if (L.placement != "owner" && L.placement != "reconstruct" && L.placement != "alltoall")
+    bad_layout(path, f.in("placement"), "is '" + L.placement + "', not a placement that writes checkpoints (owner, reconstruct, alltoall)");
+  if (L.step < 0) bad_layout(path, f.in("step"), "is negative");
   L.model = f.object("model");
+  // The model's sizes in their domains (the plan is checked below; these are what a resume compares).
+  for (const char* key : {"vocab", "hidden", "intermediate", "layers", "heads", "kv_heads"}) {
+    if (!L.model.contains(key)) continue;
+    const nlohmann::json& v = L.model[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < (std::string(key) == "kv_heads" ? 0 : 1) || v.get<int64_t>() > (int64_t{1} << 40))
+      bad_layout(path, f.in("model") + "." + key, "is " + v.dump() + ", not a positive integer");
+  }
+  for (const char* key : {"experts", "top_k", "shared_experts", "moe_intermediate", "first_dense"}) {
+    if (!L.model.contains(key)) continue;
+    const nlohmann::json& v = L.model[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 40))
+      bad_layout(path, f.in("model") + "." + key, "is " + v.dump() + ", not an integer >= 0");
+  }
   L.optimizers = f.object("optimizers");
   if (L.format_version >= 3) {
     L.precision = f.object("precision");
@@ -391,10 +416,62 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
   return L;
 }
 
+namespace {
+// The format version a layout text declares (0 when it declares none readable): a cheap look, not
+// a validation.
+int declared_format(const std::string& text) {
+  try {
+    const nlohmann::json j = parse_json(text, "layout");
+    return j.is_object() && j.contains("format_version") && j["format_version"].is_number_integer() ? j["format_version"].get<int>() : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+}  // namespace
+
 CheckpointLayout read_layout(const std::string& dir) {
   const std::string path = dir + "/layout.json";
   TORCH_CHECK(path_exists(path), "checkpoint: cannot read '", path, "' (not a checkpoint directory?)");
-  return parse_layout(read_file(path, "checkpoint", kMaxLayoutBytes), path);
+  CheckpointLayout L = parse_layout(read_file(path, "checkpoint", kMaxLayoutBytes), path);
+  // A step directory's name and its layout's step agree.
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  const size_t slash = d.find_last_of('/');
+  const std::string name = slash == std::string::npos ? d : d.substr(slash + 1);
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+  if (name.size() > 5 && name.compare(0, 5, "step_") == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos) {
+    TORCH_CHECK(name.size() <= 23 && std::stoll(name.substr(5)) == L.step, "checkpoint: '", path, "' says step ", L.step,
+                " but its directory is '", name, "' (moved, copied over or edited)");
+  }
+  // No unsealed downgrade: an unsealed (format 1) layout is read only where nothing declares a
+  // sealed format: not a `latest` carrying a CRC, not another step of the same directory.
+  if (L.format_version < 2) {
+    const std::string latest = parent + "/latest";
+    if (path_exists(latest)) {
+      const LatestRecord rec = parse_latest(read_file(latest, "checkpoint", 4096), latest);
+      TORCH_CHECK(!rec.has_layout_crc32, "checkpoint: '", path, "' is an unsealed format-1 layout, but '", latest,
+                  "' carries a layout CRC (format 2 or later): refusing a downgraded layout");
+    }
+    if (DIR* dd = ::opendir(parent.c_str())) {
+      std::string newer;
+      while (dirent* e = ::readdir(dd)) {
+        const std::string other = e->d_name;
+        if (other == name || other.compare(0, 5, "step_") != 0) continue;
+        const std::string other_layout = parent + "/" + other + "/layout.json";
+        struct stat st {};
+        if (::stat(other_layout.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        try {
+          if (declared_format(read_file(other_layout, "checkpoint", kMaxLayoutBytes)) >= 2) newer = other;
+        } catch (const std::exception&) {
+        }
+        if (!newer.empty()) break;
+      }
+      ::closedir(dd);
+      TORCH_CHECK(newer.empty(), "checkpoint: '", path, "' is an unsealed format-1 layout, but '", parent, "/", newer,
+                  "' of the same directory is sealed (format 2 or later): refusing a downgraded layout");
+    }
+  }
+  return L;
 }
 
 VerifiedFile::VerifiedFile(const std::string& dir, const FileManifest& manifest)
