@@ -136,8 +136,11 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
     if (reporter) say("train: " + notice);
   };
   config.on_resume = [&](const ResumeInfo& r) {
-    if (reporter)
-      for (const std::string& line : resume_lines(r)) say(line);
+    if (!reporter) return;
+    for (const std::string& line : resume_lines(r)) say(line);
+    if (config.steps <= r.step)
+      say("resume: warning: the checkpoint is at step " + std::to_string(r.step) + " and --steps is " + std::to_string(config.steps) +
+          " (the total, not the steps to add): no step runs");
   };
   const TrainResult result = train_placement(ctx, config, report);
 

@@ -150,7 +150,16 @@ TransformerConfig trainable_model_config(int layers, int hidden, int heads, int 
 
 int launched_world_size(int world_size) {
   const std::optional<LaunchEnv> launched = read_launch_env();
-  return launched ? launched->world_size : world_size;
+  if (!launched) return world_size;
+  // -w given on a launched rank's command line must agree with the launcher's world size (it is
+  // not silently ignored).
+  bool given = false;
+  for (const std::string& arg : raw_args())
+    given = given || arg == "-w" || arg == "--world-size" || arg.rfind("--world-size=", 0) == 0 || (arg.rfind("-w", 0) == 0 && arg.size() > 2 && arg[2] != '-');
+  TORCH_CHECK(!given || world_size == launched->world_size, "--world-size ", world_size, " differs from the launch environment's ",
+              launched->source == "slurm" ? "SLURM_NTASKS" : "WORLD_SIZE", "=", launched->world_size, " (", launched->source,
+              "): under a launcher the world size is the launcher's; drop -w or make them agree");
+  return launched->world_size;
 }
 
 }  // namespace mfsdp::cli

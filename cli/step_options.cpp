@@ -10,6 +10,7 @@
 #include <c10/util/Exception.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdio>
 
 namespace mfsdp::cli {
@@ -108,7 +109,9 @@ void add_rate_options(CLI::App* cmd, RateArgs& a) {
 
 void apply_rate_options(const RateArgs& a, RuntimeOptions& r) {
   auto checked = [](const char* flag, const std::optional<double>& v) {
-    TORCH_CHECK(!v || (std::isfinite(*v) && *v >= 0), flag, " must be a finite number >= 0, got ", *v);
+    // The optimizers hold rates as float32 scalars: a value past float32's range overflows there.
+    TORCH_CHECK(!v || (std::isfinite(*v) && *v >= 0 && *v <= std::numeric_limits<float>::max()), flag,
+                " must be a finite number >= 0, got ", *v, v && std::isfinite(*v) && *v > 0 ? " (more than float32 holds, 3.4e38)" : "");
     return v;
   };
   if (auto lr = checked("--lr", a.lr)) {

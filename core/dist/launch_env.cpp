@@ -51,9 +51,9 @@ std::optional<LaunchEnv> read_launch_env(const Vars& vars) {
   } else {
     return std::nullopt;
   }
-  const std::string why = "needed with " + rank_var;
-  env.world_size = static_cast<int>(parse_int(size_var, require(vars, size_var, why), 1, 1 << 20));
-  env.rank = static_cast<int>(parse_int(rank_var, require(vars, rank_var, why), 0, INT_MAX));
+  env.world_size = static_cast<int>(parse_int(
+      size_var, require(vars, size_var, rank_var + " is set, so the world size is needed too"), 1, 1 << 20));
+  env.rank = static_cast<int>(parse_int(rank_var, require(vars, rank_var, size_var + " is set, so this process's rank is needed too"), 0, INT_MAX));
   TORCH_CHECK(env.rank < env.world_size, "launch environment: ", rank_var, "=", env.rank,
               " is not below ", size_var, "=", env.world_size);
   const char* local_var = env.source == "slurm" ? "SLURM_LOCALID" : "LOCAL_RANK";
