@@ -66,6 +66,7 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
   // would find the directory rank 0 has begun writing. Under torchrun or Slurm rank 0's writer
   // checks it, and every rank fails together (train_rank).
   if (!a.dump_trajectory.empty() && !read_launch_env()) check_empty_output_dir(a.dump_trajectory, "train: --dump-trajectory");
+  check_model_fits(c.model, c.placement == Placement::ddp ? launched_world_size(a.world_size) : 1, "train");
   check_corpus(a.data, c.seq, "train: --data");
   if (!a.metrics.empty()) check_output_path(a.metrics, "train: --metrics");  // after the inputs: never one of them
   if (!a.resume_from.empty()) TORCH_CHECK(path_exists(a.resume_from), "train: --resume-from: '", a.resume_from, "' does not exist");

@@ -123,6 +123,7 @@ int run_verify(const VerifyArgs& a) {
     apply_run_options(a.run, launched_world_size(a.world_size), config);  // the oracle runs under the same policy and mesh
     apply_placement(placement_from_string(a.placement), config);
     apply_step_options(a.step, config);
+    check_model_fits(config.model, launched_world_size(a.world_size) + 1, "verify");  // the oracle's W copies too
   } catch (const c10::Error& e) {
     throw usage_error("verify", e.what_without_backtrace());
   }

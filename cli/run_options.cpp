@@ -4,11 +4,15 @@
 #include "core/dist/launch_env.h"
 #include "core/dist/mesh.h"
 #include "core/optim/optim.h"
+#include "core/plan/presets.h"
+#include "core/util/units.h"
 
 #include <c10/util/Exception.h>
 
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 namespace mfsdp::cli {
 
@@ -160,6 +164,26 @@ int launched_world_size(int world_size) {
               launched->source == "slurm" ? "SLURM_NTASKS" : "WORLD_SIZE", "=", launched->world_size, " (", launched->source,
               "): under a launcher the world size is the launcher's; drop -w or make them agree");
   return launched->world_size;
+}
+
+void check_model_fits(const TransformerConfig& model, int64_t copies, const std::string& command) {
+  if (read_launch_env() && !std::getenv("MFSDP_LAUNCHER")) return;  // another host's launcher: a share each
+  int64_t available_kib = 0;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    int64_t value = 0;
+    meminfo >> value;
+    if (key == "MemAvailable:") available_kib = value;
+    meminfo.ignore(256, '\n');
+  }
+  if (available_kib <= 0) return;  // unknown: nothing to compare with
+  const double params = static_cast<double>(transformer_spec(model).numel());
+  const double need = params * 16.0 * static_cast<double>(copies);
+  TORCH_CHECK(need <= static_cast<double>(available_kib) * 1024.0, command, ": the model (--layers ", model.layers, " --hidden ",
+              model.hidden, " --intermediate ", model.intermediate, ": ", params / 1e6, " M parameters) needs about ",
+              human_bytes(static_cast<int64_t>(need)), " for parameters, gradients and optimizer state", copies > 1 ? " (" : "",
+              copies > 1 ? std::to_string(copies) + " whole copies)" : "", ", more than the ",
+              human_bytes(available_kib * 1024), " this machine has available; make it smaller");
 }
 
 }  // namespace mfsdp::cli

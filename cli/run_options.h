@@ -115,6 +115,11 @@ TransformerConfig trainable_model_config(int layers, int hidden, int heads, int 
 // The world size a run will have: the launch environment's (torchrun, Slurm, mfsdp launch) when this
 // process was launched as a rank, else `world_size` (-w).
 int launched_world_size(int world_size);
+// Refuses, naming the size flags, a model whose parameters, gradients and optimizer state
+// (16 bytes a parameter, `copies` whole models: 1 for the sharded placements, W for ddp, W + 1
+// for verify's oracle beside the runtime) exceed this machine's available memory. Skipped for a
+// rank of an external launcher (its host holds only its share).
+void check_model_fits(const TransformerConfig& model, int64_t copies, const std::string& command);
 
 // The planner's options (planner, tail policy, optimizer, expert ranges; the cost model priced with
 // the Newton–Schulz variant and steps); throws naming a bad value.

@@ -154,9 +154,10 @@ std::vector<ReadPath> read_paths(Source source) {
        [](const std::string& root) { return resume(root, 2, Placement::ddp, PlannerKind::balanced, TailPolicy::even); }, 2},
       {"export",
        [](const std::string& root) {
-         const std::string out = root + "/exported.safetensors";
+         const std::string out = root + ".exported.safetensors";  // beside the checkpoint: nothing is written inside one
          std::vector<std::string> e = errors_of([&] { export_model(resolve_checkpoint(root), out); });
          if (!e.empty() && path_exists(out)) e.push_back("export left '" + out + "' behind after refusing");
+         std::remove(out.c_str());
          return e;
        }},
       {"inspect",

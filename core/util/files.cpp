@@ -361,7 +361,8 @@ void check_output_dir(const std::string& dir, const std::string& what) {
   std::string at = dir;
   while (::stat(at.c_str(), &st) != 0) {  // the nearest existing ancestor must let us create the rest
     // Absent is fine (created later); a link loop, a name too long or no permission is not.
-    TORCH_CHECK(errno == ENOENT, what, ": cannot create '", dir, "': '", at, "': ", std::strerror(errno));
+    // (ENOTDIR: a file above it, named below.)
+    TORCH_CHECK(errno == ENOENT || errno == ENOTDIR, what, ": cannot create '", dir, "': '", at, "': ", std::strerror(errno));
     const std::string up = parent_of(at);
     TORCH_CHECK(up != at, what, ": cannot create '", dir, "'");
     at = up;
