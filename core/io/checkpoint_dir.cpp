@@ -47,17 +47,6 @@ std::string host_name() {
   return ::gethostname(buf, sizeof(buf) - 1) == 0 ? buf : "?";
 }
 
-// "step_<digits>" -> the number; nullopt otherwise.
-std::optional<int64_t> parse_step_name(const std::string& name) {
-  if (name.size() <= 5 || name.compare(0, 5, "step_") != 0 || name.size() > 5 + 18) return std::nullopt;
-  int64_t v = 0;
-  for (size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return std::nullopt;
-    v = v * 10 + (name[i] - '0');
-  }
-  return v;
-}
-
 // Flattens `j` into path -> leaf ("muon.lr" -> 0.02; arrays keep their index: "adamw.betas.0").
 void flatten(const nlohmann::json& j, const std::string& prefix, std::map<std::string, nlohmann::json>& out) {
   if (j.is_object()) {

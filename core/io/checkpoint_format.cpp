@@ -69,9 +69,7 @@ FileManifest compute_manifest(const std::string& dir, const std::string& file) {
   const int fd = opened.fd;
   FileManifest m;
   m.file = file;
-  struct stat st {};
-  st.st_size = opened.bytes;
-  m.chunk_bytes = chunk_bytes_for(st.st_size);
+  m.chunk_bytes = chunk_bytes_for(opened.bytes);
   std::vector<char> buf(static_cast<size_t>(m.chunk_bytes));
   while (true) {
     size_t got = 0;
@@ -196,6 +194,16 @@ void check_layout_seal(const std::string& text, const std::string& path) {
 
 std::string latest_text(const std::string& step_name, const std::string& layout_text) {
   return step_name + "\nlayout_crc32 " + hex8(crc32(layout_text.data(), layout_text.size())) + "\n";
+}
+
+std::optional<int64_t> parse_step_name(const std::string& name) {
+  if (name.size() <= 5 || name.compare(0, 5, "step_") != 0 || name.size() > 5 + 18) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    v = v * 10 + (name[i] - '0');
+  }
+  return v;
 }
 
 LatestRecord parse_latest(const std::string& text, const std::string& path) {
@@ -439,10 +447,9 @@ CheckpointLayout read_layout(const std::string& dir) {
   const size_t slash = d.find_last_of('/');
   const std::string name = slash == std::string::npos ? d : d.substr(slash + 1);
   const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
-  if (name.size() > 5 && name.compare(0, 5, "step_") == 0 && name.find_first_not_of("0123456789", 5) == std::string::npos) {
-    TORCH_CHECK(name.size() <= 23 && std::stoll(name.substr(5)) == L.step, "checkpoint: '", path, "' says step ", L.step,
-                " but its directory is '", name, "' (moved, copied over or edited)");
-  }
+  if (const std::optional<int64_t> named = parse_step_name(name))
+    TORCH_CHECK(*named == L.step, "checkpoint: '", path, "' says step ", L.step, " but its directory is '", name,
+                "' (moved, copied over or edited)");
   // No unsealed downgrade: an unsealed (format 1) layout is read only where nothing declares a
   // sealed format: not a `latest` carrying a CRC, not another step of the same directory.
   if (L.format_version < 2) {
@@ -481,13 +488,11 @@ VerifiedFile::VerifiedFile(const std::string& dir, const FileManifest& manifest)
               " (a rank file of the layout is missing)");
   const OpenedFile f = open_regular_file(path_, "checkpoint", std::numeric_limits<int64_t>::max());
   fd_ = f.fd;
-  struct stat st {};
-  st.st_size = f.bytes;
-  if (st.st_size != manifest_.bytes) {
+  if (f.bytes != manifest_.bytes) {
     ::close(fd_);
     fd_ = -1;
-    TORCH_CHECK(false, "checkpoint: '", path_, "' is ", static_cast<int64_t>(st.st_size), " bytes but the manifest says ",
-                manifest_.bytes, st.st_size < manifest_.bytes ? " (truncated)" : " (bytes appended or replaced)");
+    TORCH_CHECK(false, "checkpoint: '", path_, "' is ", f.bytes, " bytes but the manifest says ",
+                manifest_.bytes, f.bytes < manifest_.bytes ? " (truncated)" : " (bytes appended or replaced)");
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,6 +124,8 @@ void check_layout_seal(const std::string& text, const std::string& path);
 // `latest` (format 2): the step directory's name, then "layout_crc32 <8 hex digits>" of its
 // layout.json, one per line, so a `latest` that was damaged or names another step is refused.
 std::string latest_text(const std::string& step_name, const std::string& layout_text);
+// "step_<digits>" (at most 18 digits) -> the number; nullopt otherwise.
+std::optional<int64_t> parse_step_name(const std::string& name);
 struct LatestRecord {
   std::string name;
   bool has_layout_crc32 = false;  // false: written before format 2 (the name alone)
