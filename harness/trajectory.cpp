@@ -4,10 +4,14 @@
 #include "core/util/tensor_compare.h"
 #include "harness/placements.h"
 
+#include <ATen/TensorOperators.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <iomanip>
+#include <sstream>
 #include <mutex>
 
 namespace mfsdp {
@@ -21,6 +25,7 @@ Trajectory to_trajectory(TrainResult result) {
   }
   if (!result.steps.empty()) t.last_step_bytes = result.steps.back().bytes;
   t.params = std::move(result.params_per_step);
+  t.initial_params = std::move(result.initial_params);
   return t;
 }
 
@@ -49,6 +54,7 @@ Trajectory drop_steps(Trajectory t, size_t n) {
   drop_front(t.grad_norms, n);
   drop_front(t.qk_max_logits, n);
   drop_front(t.qk_clipped_heads, n);
+  t.initial_params = n == 0 ? std::move(t.initial_params) : n <= t.params.size() ? t.params[n - 1] : ParamMap{};
   drop_front(t.params, n);
   return t;
 }
@@ -83,14 +89,33 @@ std::vector<std::string> oracle_differences(
     std::lock_guard<std::mutex> lock(mutex);
     if (!cmp.bitwise_equal)
       out.push_back("rank " + std::to_string(ctx.rank) + ": step " + std::to_string(cmp.first_bad_step) + ", " + cmp.first_bad +
-                    " (" + cmp.detail + ")");
+                    " (" + cmp.detail + ")" + (cmp.step_report.empty() ? "" : "; at that step: " + cmp.step_report));
     if (!extra.empty()) out.push_back("rank " + std::to_string(ctx.rank) + ": " + extra);
   });
   return out;
 }
 
+namespace {
+// ", update ratio [lo, hi]": the experiment's update of `name` over the control's, elementwise where
+// the control's is non-zero, when both started the step from bitwise-equal parameters ("" otherwise).
+std::string update_ratio(const ParamMap& before_c, const ParamMap& before_e, const std::string& name, const at::Tensor& after_c,
+                         const at::Tensor& after_e) {
+  const auto bc = before_c.find(name), be = before_e.find(name);
+  if (bc == before_c.end() || be == before_e.end() || !diff(bc->second, be->second).bitwise_equal) return "";
+  const at::Tensor uc = after_c.to(at::kDouble) - bc->second.to(at::kDouble);
+  const at::Tensor ue = after_e.to(at::kDouble) - bc->second.to(at::kDouble);
+  const at::Tensor moved = uc.ne(0);
+  if (!moved.any().item<bool>()) return "";
+  const at::Tensor ratio = ue.masked_select(moved) / uc.masked_select(moved);
+  std::ostringstream out;
+  out << ", update ratio [" << std::setprecision(6) << ratio.min().item<double>() << ", " << ratio.max().item<double>() << "]";
+  return out.str();
+}
+}  // namespace
+
 Comparison compare(const Trajectory& control, const Trajectory& experiment) {
   Comparison c;
+  int report_step = -1;  // the first step at which a parameter differs: every differing one reported
   auto fail = [&](int step, const std::string& what, const std::string& detail) {
     if (c.first_bad_step < 0) {
       c.first_bad_step = step;
@@ -140,6 +165,13 @@ Comparison compare(const Trajectory& control, const Trajectory& experiment) {
       c.max_abs_diff = std::max(c.max_abs_diff, d.max_abs_diff);
       c.max_ulp = std::max(c.max_ulp, d.max_ulp);
       fail(static_cast<int>(s) + 1, name, describe(d, it->second, want));
+      if (report_step < 0) report_step = static_cast<int>(s);
+      if (report_step != static_cast<int>(s)) continue;
+      const ParamMap& before_c = s == 0 ? control.initial_params : control.params[s - 1];
+      const ParamMap& before_e = s == 0 ? experiment.initial_params : experiment.params[s - 1];
+      c.step_report += (c.step_report.empty() ? "" : "; ") + name + ": " + std::to_string(d.mismatches) + " of " +
+                       std::to_string(want.numel()) + " differ, max |a-b| " + std::to_string(d.max_abs_diff) +
+                       update_ratio(before_c, before_e, name, want, it->second);
     }
   }
   return c;

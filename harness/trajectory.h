@@ -19,6 +19,7 @@ struct Trajectory {
   std::vector<double> qk_max_logits;
   std::vector<int64_t> qk_clipped_heads;
   std::vector<ParamMap> params;
+  ParamMap initial_params;  // before the first recorded step (empty if not recorded)
   std::array<PhaseCounters, kNumPhases> last_step_bytes{};  // this rank, the last step
 };
 
@@ -52,6 +53,12 @@ struct Comparison {
   int first_bad_step = -1;  // 1-based
   std::string first_bad;    // "loss", "grad norm" or a parameter name
   std::string detail;
+  // Every parameter that differs at the first step where any does: "name: N of M differ, max
+  // |a-b| X, update ratio [lo, hi]", the ratio being the experiment's update over the control's
+  // (p_after - p_before, elementwise where the control's update is non-zero) when both runs start
+  // that step from equal parameters. A ratio of 1 +- 3e-4 across every element says the step's
+  // size differed, not its gradient (docs/testing.md, "The stop-44 red light").
+  std::string step_report;
 };
 
 // Compares every loss, every clipping norm, every QK-clip statistic and clipped-head count, and every

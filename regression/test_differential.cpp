@@ -259,6 +259,29 @@ TEST(TrajectoryComparison, SeesOneUlpInOneParameterAtOneStep) {
   EXPECT_EQ(compare(a, d).first_bad, "loss");
 }
 
+// A failure names every parameter that differs at its first step, and the ratio of the two updates
+// there: a step 2.8e-4 larger everywhere (the stop-44 signature) reads as a ratio of 1.00028 on
+// every element, a gradient difference would not. Step 1 reads its "before" from initial_params.
+TEST(TrajectoryComparison, ReportsEveryParameterAndTheUpdateRatioAtTheFirstDifferingStep) {
+  Trajectory a;
+  a.initial_params = {{"w", at::full({4}, 1.0, at::kFloat)}, {"b", at::full({2}, 2.0, at::kFloat)}};
+  a.local_losses = {1.0, 1.0};
+  a.params.push_back({{"w", at::full({4}, 0.5, at::kFloat)}, {"b", at::full({2}, 1.0, at::kFloat)}});
+  a.params.push_back({{"w", at::full({4}, 0.25, at::kFloat)}, {"b", at::full({2}, 0.5, at::kFloat)}});
+  Trajectory b = a;
+  b.params[0] = {{"w", at::full({4}, 1.0 - 0.5 * 1.00028, at::kFloat)}, {"b", at::full({2}, 2.0 - 1.00028, at::kFloat)}};
+  b.params[1] = {{"w", at::full({4}, 0.2, at::kFloat)}, {"b", at::full({2}, 0.5, at::kFloat)}};
+  const Comparison c = compare(a, b);
+  EXPECT_EQ(c.first_bad_step, 1);
+  EXPECT_NE(c.step_report.find("b: 2 of 2 differ"), std::string::npos) << c.step_report;
+  EXPECT_NE(c.step_report.find("w: 4 of 4 differ"), std::string::npos) << c.step_report;
+  EXPECT_NE(c.step_report.find("update ratio [1.00028, 1.00028]"), std::string::npos) << c.step_report;
+  EXPECT_EQ(c.step_report.find("0.2"), std::string::npos) << "only the first differing step: " << c.step_report;
+  Trajectory no_initial = b;
+  no_initial.initial_params.clear();
+  EXPECT_EQ(compare(a, no_initial).step_report.find("update ratio"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace mfsdp
 

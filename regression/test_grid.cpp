@@ -197,7 +197,8 @@ TEST_P(GridRow, BitMatchesTheOracle) {
       std::lock_guard<std::mutex> lock(mutex);
       failures.push_back("rank " + std::to_string(ctx.rank) + ": first difference at step " +
                          std::to_string(cmp.first_bad_step) + " in " + cmp.first_bad + " (" + cmp.detail + "); max |diff| " +
-                         std::to_string(cmp.max_abs_diff) + ", max ULP " + std::to_string(cmp.max_ulp));
+                         std::to_string(cmp.max_abs_diff) + ", max ULP " + std::to_string(cmp.max_ulp) +
+                         "; at that step: " + cmp.step_report);
     }
   });
   for (const auto& [side, all] : {std::pair{"oracle", &oracles}, std::pair{"runtime", &runtimes}})

@@ -276,6 +276,7 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
   std::optional<QkClip> qk_clip;
   if (config.qk_clip_tau > 0) qk_clip.emplace(config.model, config.qk_clip_tau, device);
   if (config.on_full_state) config.on_full_state(start, nullptr, stepper->full_params(), nullptr);
+  if (config.record_params) result.initial_params = stepper->full_params();
   for (int step = start; step < config.steps; ++step) {
     StepMetrics m;
     m.step = step + 1;

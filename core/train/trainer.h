@@ -48,8 +48,9 @@ struct TrainConfig {
   double qk_clip_tau = 0;
   uint64_t seed = 0;
   std::string data;  // corpus path; empty = the default corpus
-  // Gather the full parameters after every step into TrainResult::params_per_step (collectives in
-  // phase `other`, after the step's counters were read): for differential tests and verify.
+  // Gather the full parameters before the first step and after every step into
+  // TrainResult::initial_params and params_per_step (collectives in phase `other`, after the step's
+  // counters were read): for differential tests and verify.
   bool record_params = false;
   // The full state, for trajectory dumps (mfsdp train --dump-trajectory): called on every rank with
   // every parameter in full before the first step (`metrics` null: the initial or resumed state)
@@ -122,6 +123,7 @@ struct TrainResult {
   std::vector<StepMetrics> steps;
   ParamMap final_params;  // full, gathered at the end (every rank)
   std::vector<ParamMap> params_per_step;  // with TrainConfig::record_params
+  ParamMap initial_params;  // with TrainConfig::record_params: before the first step (or as resumed)
   uint64_t plan_hash = 0;
 };
 
