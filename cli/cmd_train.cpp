@@ -45,6 +45,7 @@ struct TrainArgs {
   bool overwrite_checkpoints = false;
   std::string dump_trajectory;
   bool dump_grads = false;
+  bool dump_state = false;
 };
 
 // Files, directories and flag combinations, checked here rather than by every rank, or after training.
@@ -58,6 +59,9 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
   TORCH_CHECK(c.resume_from.empty() || runs_on_owner_runtime(c.placement) || c.placement == Placement::ddp, "train: placement ",
               a.placement, " does not resume from checkpoints (owner, reconstruct, alltoall and ddp do)");
   TORCH_CHECK(!a.dump_grads || !a.dump_trajectory.empty(), "train: --dump-grads needs --dump-trajectory DIR");
+  TORCH_CHECK(!a.dump_state || !a.dump_trajectory.empty(), "train: --dump-state needs --dump-trajectory DIR");
+  TORCH_CHECK(!a.dump_state || c.placement == Placement::ddp, "train: --dump-state: placement ", a.placement,
+              " does not gather its optimizer state in full yet; dump the reference with --placement ddp (the oracle)");
   TORCH_CHECK(!a.dump_grads || c.placement != Placement::zero1, "train: --dump-grads: placement zero1 cannot report its gradients "
               "(owner, reconstruct, alltoall and ddp can)");
   TORCH_CHECK(!a.dump_grads || c.runtime.step_mode != StepMode::dedup || a.run.replicas <= 1,
@@ -126,7 +130,8 @@ void train_rank(RankContext& ctx, const TrainArgs& a, TrainConfig config) {
   // The trajectory dump (docs/conformance.md): rank 0 writes every step's full state.
   const std::unique_ptr<TrajectoryWriter> dump =
       a.dump_trajectory.empty() ? nullptr
-                                : attach_trajectory_dump(ctx, config, a.dump_trajectory, a.dump_grads, "mfsdp train --placement " + a.placement);
+                                : attach_trajectory_dump(ctx, config, a.dump_trajectory, a.dump_grads,
+                                                         "mfsdp train --placement " + a.placement, a.dump_state);
   auto report = [&](const StepMetrics& m) {
     if (!reporter) return;
     say(progress_line(m, a.step.steps));
@@ -231,6 +236,8 @@ void add_train_command(CLI::App& app, Action& run) {
                   "Write every step's loss and full parameters into this new or empty directory, for mfsdp conform "
                   "(docs/conformance.md)");
   cmd->add_flag("--dump-grads", a->dump_grads, "With --dump-trajectory: also every step's gradients as its update used them");
+  cmd->add_flag("--dump-state", a->dump_state,
+                "With --dump-trajectory: also the optimizer state after every step (placement ddp), what one-step replay needs");
   cmd->callback([&run, a] { run = [a] { return run_train(*a); }; });
 }
 

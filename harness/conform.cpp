@@ -51,7 +51,7 @@ ToleranceEntry entry_of(const nlohmann::json& j, size_t index, const std::string
     TORCH_CHECK(j["what"].is_array(), where, " ('", e.name, "'): 'what' is not a list");
     for (const auto& w : j["what"]) {
       TORCH_CHECK(w.is_string() && std::count(kConformKinds.begin(), kConformKinds.end(), w.get<std::string>()), where,
-                  " ('", e.name, "'): 'what' holds ", w.dump(), "; expected loss, grad_norm, params or grads");
+                  " ('", e.name, "'): 'what' holds ", w.dump(), "; expected loss, grad_norm, params, grads or state");
       e.what.insert(w.get<std::string>());
     }
   }
@@ -165,7 +165,11 @@ ValueResult compare_tensor(int64_t step, const std::string& kind, const std::str
 }
 
 // Both files' tensors, checked to have the same names, shapes and dtypes (bad input otherwise).
-std::vector<std::string> common_names(const SafetensorsHeader& ref, const SafetensorsHeader& cand) {
+// The tensor names both files hold, sorted; a name in only one of them is bad input for parameters
+// and gradients (throws naming it), and listed in `only_ref` / `only_cand` for optimizer state
+// (`loose`): two implementations may keep different state.
+std::vector<std::string> common_names(const SafetensorsHeader& ref, const SafetensorsHeader& cand, bool loose = false,
+                                      std::vector<std::string>* only_ref = nullptr, std::vector<std::string>* only_cand = nullptr) {
   std::vector<std::string> names;
   for (const SafetensorsEntry& e : ref.entries) {
     bool found = false;
@@ -177,16 +181,32 @@ std::vector<std::string> common_names(const SafetensorsHeader& ref, const Safete
       TORCH_CHECK(f.dtype == e.dtype, "tensor '", e.name, "' is ", safetensors_dtype(e.dtype), " in ", ref.path, " but ",
                   safetensors_dtype(f.dtype), " in ", cand.path);
     }
+    if (!found && loose) {
+      only_ref->push_back(e.name);
+      continue;
+    }
     TORCH_CHECK(found, "tensor '", e.name, "' of ", ref.path, " is missing from ", cand.path);
     names.push_back(e.name);
   }
   for (const SafetensorsEntry& f : cand.entries) {
     bool found = false;
     for (const SafetensorsEntry& e : ref.entries) found = found || e.name == f.name;
+    if (!found && loose) {
+      only_cand->push_back(f.name);
+      continue;
+    }
     TORCH_CHECK(found, "tensor '", f.name, "' of ", cand.path, " is not in ", ref.path, " (not a parameter of the reference)");
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string name_list(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (size_t i = 0; i < names.size() && i < 3; ++i) out += (i ? ", " : "") + names[i];
+  if (names.size() > 3) out += " and " + std::to_string(names.size() - 3) + " more";
+  return out;
 }
 
 void add_value(ConformReport& r, StepResult& s, const ValueResult& v) {
@@ -208,8 +228,12 @@ void add_value(ConformReport& r, StepResult& s, const ValueResult& v) {
 void compare_files(ConformReport& r, StepResult& s, const std::string& kind, const std::string& ref_path,
                    const std::string& cand_path, const Tolerance& tol) {
   const SafetensorsHeader a = read_safetensors_header(ref_path), b = read_safetensors_header(cand_path);
-  for (const std::string& name : common_names(a, b))
+  std::vector<std::string> only_ref, only_cand;
+  for (const std::string& name : common_names(a, b, kind == "state", &only_ref, &only_cand))
     add_value(r, s, compare_tensor(s.step, kind, name, read_safetensors_tensor(a, name), read_safetensors_tensor(b, name), tol));
+  if (!only_ref.empty()) s.state_note = "state only the reference keeps, not compared: " + name_list(only_ref);
+  if (!only_cand.empty())
+    s.state_note += (s.state_note.empty() ? "" : "; ") + std::string("state only the candidate keeps, not compared: ") + name_list(only_cand);
 }
 
 // The first path where two JSON values differ ("" when equal); numbers compare by value.
@@ -323,6 +347,10 @@ std::string header_difference(const TrajectoryDump& ref, const TrajectoryDump& c
     const std::string d = json_difference(ref.header.at(f), cand.header.at(f), f);
     if (!d.empty()) return d;
   }
+  if (ref.has_mesh() && cand.has_mesh()) {
+    const std::string d = json_difference(ref.header.at(kMeshField), cand.header.at(kMeshField), kMeshField);
+    if (!d.empty()) return d + " (the gradient sums are grouped differently: the runs are not comparable)";
+  }
   const auto& a = ref.steps;
   const auto& b = cand.steps;
   if (a.front().step != b.front().step)
@@ -337,6 +365,9 @@ std::string header_difference(const TrajectoryDump& ref, const TrajectoryDump& c
 ConformReport conform(const TrajectoryDump& ref, const TrajectoryDump& cand, const Tolerance& tol) {
   TORCH_CHECK(header_difference(ref, cand).empty(), "the headers disagree: ", header_difference(ref, cand));
   ConformReport r;
+  if (ref.has_mesh() != cand.has_mesh())
+    r.notes.push_back(std::string("mesh not compared: the ") + (ref.has_mesh() ? "candidate" : "reference") +
+                      " is a format-1 dump, which records none");
   for (size_t i = 0; i < ref.steps.size(); ++i) {
     const TrajectoryStep& a = ref.steps[i];
     const TrajectoryStep& b = cand.steps[i];
@@ -353,6 +384,11 @@ ConformReport conform(const TrajectoryDump& ref, const TrajectoryDump& cand, con
       compare_files(r, s, "grads", ref.dir + "/" + a.grads, cand.dir + "/" + b.grads, tol);
     else if (!a.grads.empty() || !b.grads.empty())
       s.grads_note = std::string("gradients not compared: only the ") + (a.grads.empty() ? "candidate" : "reference") + " has them";
+    if (!a.state.empty() && !b.state.empty())
+      compare_files(r, s, "state", ref.dir + "/" + a.state, cand.dir + "/" + b.state, tol);
+    else if (!a.state.empty() || !b.state.empty())
+      s.state_note = std::string("optimizer state not compared: only the ") + (a.state.empty() ? "candidate" : "reference") +
+                     " has it";
     compare_files(r, s, "params", ref.dir + "/" + a.params, cand.dir + "/" + b.params, tol);
     r.steps.push_back(s);
   }
@@ -370,9 +406,11 @@ std::string report_text(const ConformReport& r, const Tolerance& tol) {
                   static_cast<unsigned long long>(s.max_ulp));
     std::string covered;
     for (const std::string& e : s.entries) covered += (covered.empty() ? "" : ", ") + e;
-    out << line << (covered.empty() ? "-" : covered) << (s.grads_note.empty() ? "" : "  (" + s.grads_note + ")") << "\n";
+    out << line << (covered.empty() ? "-" : covered) << (s.grads_note.empty() ? "" : "  (" + s.grads_note + ")")
+        << (s.state_note.empty() ? "" : "  (" + s.state_note + ")") << "\n";
   }
   out << "\n";
+  for (const std::string& n : r.notes) out << "note: " << n << "\n";
   if (r.equal()) {
     out << "conform: BITWISE EQUAL: " << r.values << " values over " << r.steps.size() << " steps\n";
     return out.str();
@@ -397,7 +435,8 @@ nlohmann::json report_json(const ConformReport& r, const Tolerance& tol, const T
                    {"tolerance", tol.spec},
                    {"verdict", r.equal() ? "equal" : r.within() ? "within_tolerance" : "differs"},
                    {"values", r.values},
-                   {"entry_uses", r.entry_uses}};
+                   {"entry_uses", r.entry_uses},
+                   {"notes", r.notes}};
   if (r.first_difference) j["first_difference"] = value_json(*r.first_difference);
   if (r.first_outside) j["first_outside"] = value_json(*r.first_outside);
   j["steps"] = nlohmann::json::array();
@@ -408,6 +447,7 @@ nlohmann::json report_json(const ConformReport& r, const Tolerance& tol, const T
     if (s.ref_loss) e["reference_loss"] = trajectory_number(*s.ref_loss);
     if (s.cand_loss) e["candidate_loss"] = trajectory_number(*s.cand_loss);
     if (!s.grads_note.empty()) e["note"] = s.grads_note;
+    if (!s.state_note.empty()) e["state_note"] = s.state_note;
     j["steps"].push_back(e);
   }
   return j;

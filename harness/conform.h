@@ -26,7 +26,7 @@ struct ToleranceEntry {
   std::optional<uint64_t> max_ulp;
   std::optional<double> rtol, atol;
 };
-inline const std::vector<std::string> kConformKinds = {"loss", "grad_norm", "params", "grads"};
+inline const std::vector<std::string> kConformKinds = {"loss", "grad_norm", "params", "grads", "state"};
 
 struct Tolerance {
   std::string spec;  // as given
@@ -36,7 +36,8 @@ struct Tolerance {
 // "reason", "what", "tensors", "max_ulp", "rtol", "atol"}]}. Throws naming what is wrong.
 Tolerance parse_tolerance(const std::string& spec);
 
-// One compared value: a step's loss or clipping norm, or one tensor of its parameters or gradients.
+// One compared value: a step's loss or clipping norm, or one tensor of its parameters, gradients
+// or optimizer state.
 struct ValueResult {
   int64_t step = 0;
   std::string kind;  // one of kConformKinds
@@ -59,6 +60,7 @@ struct StepResult {
   uint64_t max_ulp = 0;
   std::set<std::string> entries;  // the entries that covered a difference at this step
   std::string grads_note;         // why gradients were not compared, if they were not
+  std::string state_note;         // why optimizer state was not compared, if only one side has it
 };
 
 struct ConformReport {
@@ -66,12 +68,13 @@ struct ConformReport {
   std::optional<ValueResult> first_difference, first_outside;
   std::map<std::string, int64_t> entry_uses;  // differing values each entry covered
   int64_t values = 0;
+  std::vector<std::string> notes;  // what was not compared and why (a format-1 dump has no mesh)
   bool equal() const { return !first_difference; }
   bool within() const { return !first_outside; }
 };
 
-// The first compared header field (kComparedFields, then the step list) where the two disagree,
-// as "field.path: reference R, candidate C"; "" when they agree.
+// The first compared header field (kComparedFields, the mesh where both dumps have one, then the
+// step list) where the two disagree, as "field.path: reference R, candidate C"; "" when they agree.
 std::string header_difference(const TrajectoryDump& ref, const TrajectoryDump& cand);
 
 // Compares every listed step. Throws (bad input) when a file is unreadable or truncated, or

@@ -5,6 +5,7 @@
 #include "core/dist/ranks.h"
 #include "core/io/checkpoint.h"
 #include "core/io/safetensors.h"
+#include "core/plan/planner.h"
 #include "core/plan/precision.h"
 #include "core/train/data.h"
 #include "core/train/trainer.h"
@@ -36,6 +37,7 @@ std::vector<std::pair<std::string, at::Tensor>> sorted_tensors(const ParamMap& m
 nlohmann::json step_json(const TrajectoryStep& s) {
   nlohmann::json j{{"step", s.step}, {"params", s.params}};
   if (!s.grads.empty()) j["grads"] = s.grads;
+  if (!s.state.empty()) j["state"] = s.state;
   if (s.loss) j["loss"] = trajectory_number(*s.loss);
   if (s.grad_norm) j["grad_norm"] = trajectory_number(*s.grad_norm);
   return j;
@@ -60,6 +62,20 @@ double trajectory_number_of(const nlohmann::json& j, const std::string& what) {
   TORCH_CHECK(false, what, " is ", j.dump(), ": expected a number, or \"nan\", \"inf\" or \"-inf\"");
 }
 
+nlohmann::json mesh_json(int replicas, int world_size, const std::string& step_mode) {
+  TORCH_CHECK(replicas >= 1 && world_size % replicas == 0, "mesh: ", replicas, " replicas do not divide W = ", world_size);
+  return {{"replicas", replicas}, {"shard_group", world_size / replicas}, {"step_mode", replicas > 1 ? step_mode : "replicated"}};
+}
+
+int TrajectoryDump::version() const { return header.at("format_version").get<int>(); }
+bool TrajectoryDump::has_mesh() const { return header.contains(kMeshField); }
+bool TrajectoryDump::is_replay() const { return header.contains("replay"); }
+const TrajectoryStep* TrajectoryDump::step(int64_t n) const {
+  for (const TrajectoryStep& s : steps)
+    if (s.step == n) return &s;
+  return nullptr;
+}
+
 nlohmann::json trajectory_header(const TrainConfig& config, int world_size, const std::string& producer) {
   const nlohmann::json all = optimizers_to_json(config.runtime);
   const std::string matrix = all.at("matrix").get<std::string>(), other = all.at("other").get<std::string>();
@@ -75,6 +91,7 @@ nlohmann::json trajectory_header(const TrainConfig& config, int world_size, cons
           {"model", model_config_json(config.model)},
           {"optimizer", optimizer},
           {"world_size", world_size},
+          {kMeshField, mesh_json(config.runtime.replicas, world_size, to_string(config.runtime.step_mode))},
           {"precision", precision_to_json(config.runtime.precision)},
           {"seed", config.seed},
           {"data",
@@ -93,7 +110,7 @@ TrajectoryWriter::TrajectoryWriter(std::string dir, nlohmann::json header) : dir
   write_header(false);
 }
 
-void TrajectoryWriter::add(const TrajectoryStep& step, const ParamMap& params, const ParamMap* grads) {
+void TrajectoryWriter::add(const TrajectoryStep& step, const ParamMap& params, const ParamMap* grads, const ParamMap* state) {
   TrajectoryStep s = step;
   s.params = step_file("params", s.step);
   write_safetensors(dir_ + "/" + s.params, sorted_tensors(params), {{"step", std::to_string(s.step)}, {"kind", "params"}},
@@ -101,6 +118,11 @@ void TrajectoryWriter::add(const TrajectoryStep& step, const ParamMap& params, c
   if (grads) {
     s.grads = step_file("grads", s.step);
     write_safetensors(dir_ + "/" + s.grads, sorted_tensors(*grads), {{"step", std::to_string(s.step)}, {"kind", "grads"}},
+                      WriteScope::own_directory);
+  }
+  if (state && !state->empty()) {
+    s.state = step_file("state", s.step);
+    write_safetensors(dir_ + "/" + s.state, sorted_tensors(*state), {{"step", std::to_string(s.step)}, {"kind", "state"}},
                       WriteScope::own_directory);
   }
   steps_.push_back(s);
@@ -118,7 +140,7 @@ void TrajectoryWriter::write_header(bool complete) {
 }
 
 std::unique_ptr<TrajectoryWriter> attach_trajectory_dump(RankContext& ctx, TrainConfig& config, const std::string& dir,
-                                                         bool grads, const std::string& producer) {
+                                                         bool grads, const std::string& producer, bool state) {
   std::unique_ptr<TrajectoryWriter> writer;
   std::string error;
   if (ctx.rank == 0)
@@ -126,13 +148,14 @@ std::unique_ptr<TrajectoryWriter> attach_trajectory_dump(RankContext& ctx, Train
   Communicator comm(ctx.backend);
   fail_together(comm, error, "train: --dump-trajectory");
   config.full_grads = grads;
+  config.full_state = state;
   TrajectoryWriter* w = writer.get();
-  config.on_full_state = [w](int64_t step, const StepMetrics* m, const ParamMap& params, const ParamMap* g) {
+  config.on_full_state = [w](int64_t step, const StepMetrics* m, const ParamMap& params, const ParamMap* g, const ParamMap* st) {
     if (!w) return;
     TrajectoryStep s;
     s.step = step;
     if (m) s.loss = m->loss, s.grad_norm = m->grad_norm;
-    w->add(s, params, g);
+    w->add(s, params, g, st);
   };
   return writer;
 }
@@ -155,9 +178,27 @@ TrajectoryDump read_trajectory(const std::string& dir) {
   TORCH_CHECK(h.is_object(), path, ": the header is not a JSON object");
   TORCH_CHECK(h.value("format", "") == kTrajectoryFormat, path, ": format is ", h.value("format", nlohmann::json()).dump(),
               ", expected \"", kTrajectoryFormat, "\"");
-  TORCH_CHECK(h.contains("format_version") && h["format_version"] == kTrajectoryFormatVersion, path, ": format_version ",
-              h.value("format_version", nlohmann::json()).dump(), " is not ", kTrajectoryFormatVersion, " (this reader's)");
+  TORCH_CHECK(h.contains("format_version") && (h["format_version"] == 1 || h["format_version"] == 2), path,
+              ": format_version ", h.value("format_version", nlohmann::json()).dump(), " is not 1 or 2 (this reader's)");
+  const int version = h["format_version"].get<int>();
   for (const std::string& f : kComparedFields) TORCH_CHECK(h.contains(f), path, ": the header has no field '", f, "'");
+  TORCH_CHECK(version == 1 || h.contains(kMeshField), path, ": a format-2 header needs the field '", kMeshField, "'");
+  TORCH_CHECK(version == 2 || (!h.contains(kMeshField) && !h.contains("replay")), path, ": a format-1 header holds '",
+              h.contains(kMeshField) ? kMeshField : "replay", "', a format-2 field (say format_version 2)");
+  if (h.contains(kMeshField)) {
+    const nlohmann::json& m = h[kMeshField];
+    TORCH_CHECK(m.is_object() && m.contains("replicas") && m["replicas"].is_number_integer() && m["replicas"].get<int64_t>() >= 1 &&
+                    m.contains("shard_group") && m["shard_group"].is_number_integer() && m["shard_group"].get<int64_t>() >= 1 &&
+                    m.contains("step_mode") && m["step_mode"].is_string(),
+                path, ": 'mesh' must be {\"replicas\": R >= 1, \"shard_group\": S >= 1, \"step_mode\": \"replicated\" or \"dedup\"}, got ",
+                m.dump());
+    if (h["world_size"].is_number_integer())
+      TORCH_CHECK(m["replicas"].get<int64_t>() * m["shard_group"].get<int64_t>() == h["world_size"].get<int64_t>(), path,
+                  ": mesh.replicas x mesh.shard_group = ", m["replicas"].get<int64_t>() * m["shard_group"].get<int64_t>(),
+                  " is not world_size ", h["world_size"].get<int64_t>());
+  }
+  if (h.contains("replay"))
+    TORCH_CHECK(h["replay"].is_object(), path, ": 'replay' is not an object");
   TORCH_CHECK(h.contains("complete") && h["complete"].is_boolean(), path, ": the header has no boolean 'complete'");
   TORCH_CHECK(h.contains("steps") && h["steps"].is_array(), path, ": the header has no array 'steps'");
   int64_t expect = -1;
@@ -176,7 +217,12 @@ TrajectoryDump read_trajectory(const std::string& dir) {
       TORCH_CHECK(s["grads"].is_string(), where, ": 'grads' is not a file name");
       t.grads = s["grads"].get<std::string>();
     }
-    for (const std::string& f : {t.params, t.grads}) {
+    if (s.contains("state")) {
+      TORCH_CHECK(version == 2, where, ": 'state' is a format-2 field (the header says format_version 1)");
+      TORCH_CHECK(s["state"].is_string(), where, ": 'state' is not a file name");
+      t.state = s["state"].get<std::string>();
+    }
+    for (const std::string& f : {t.params, t.grads, t.state}) {
       if (f.empty()) continue;
       TORCH_CHECK(f.find('/') == std::string::npos && f != "." && f != "..", where, ": file name '", f,
                   "' is not a plain name inside the dump");

@@ -89,6 +89,12 @@ ParamMap DdpOracle::full_params() { return cpu_copies(params_); }
 
 ParamMap DdpOracle::full_grads() { return cpu_copies(grads_); }
 
+ParamMap DdpOracle::full_state() {
+  ParamMap out;
+  for (const std::string& name : order_) add_full_state(out, name, *optimizers_.at(name));
+  return out;
+}
+
 int64_t DdpOracle::resident_bytes() const {
   int64_t n = 0;
   for (const auto& [name, p] : params_) n += 2 * static_cast<int64_t>(p.nbytes());  // parameter and gradient

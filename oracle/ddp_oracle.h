@@ -53,6 +53,7 @@ class DdpOracle : public PlacementRunner {
   void scale_rows(const std::string& name, const at::Tensor& row_scale) override;  // every rank, in full
   ParamMap full_params() override;
   ParamMap full_grads() override;
+  ParamMap full_state() override;  // every rank's own optimizers: no collective
   int64_t resident_bytes() const override;  // parameters + gradients + optimizer state, all full
 
   const ParamMap& params() const { return params_; }

@@ -30,9 +30,9 @@ import time
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference_model import (ADAMW_LR, MUON_LR, Dims, Model, TrajectoryWriter, adamw_json, batch,  # noqa: E402
-                             corpus_bytes, corpus_crc32, init_params, model_json, muon_json, param_specs)
+from mfsdp_kit.header import CONSTANT_LR, FP32, mesh_json, model_json, optimizer_json
+from mfsdp_kit.model import ADAMW_LR, MUON_LR, Dims, Model, batch, corpus_bytes, init_params, param_specs
+from mfsdp_kit.trajectory import TrajectoryWriter, corpus_crc32
 
 MODES = ("ddp", "fsdp2", "fsdp2_reconstruct")
 
@@ -190,16 +190,14 @@ def main():
 
     dump = None
     if a.dump_trajectory and rank == 0:
-        header = {"format": "mfsdp-trajectory", "format_version": 1,
-                  "producer": f"peers/peer_train.py --mode {a.mode} (torch {torch.__version__})",
+        header = {"producer": f"peers/peer_train.py --mode {a.mode} (torch {torch.__version__})",
                   "model": model_json(dims),
-                  "optimizer": {"matrix": "muon", "other": "adamw", "groups": [], "muon": muon_json(muon.param_groups[0]),
-                                "adamw": adamw_json(adamw.param_groups[0])},
-                  "world_size": W, "precision": {"master_dtype": "fp32", "param_dtype": "fp32", "reduce_dtype": "fp32"},
+                  "optimizer": optimizer_json(muon.param_groups[0], adamw.param_groups[0]),
+                  "world_size": W, "mesh": mesh_json(1, W), "precision": FP32,
                   "seed": a.seed,
                   "data": {"batch": a.batch, "seq": a.seq, "grad_accum": 1, "corpus_bytes": len(data),
                            "corpus_crc32": corpus_crc32(data)},
-                  "max_norm": 0.0, "lr_schedule": {"kind": "constant", "warmup_steps": 0}}
+                  "max_norm": 0.0, "lr_schedule": CONSTANT_LR}
         dump = TrajectoryWriter(a.dump_trajectory, header)
     if a.plant == "wrong-momentum":
         muon.param_groups[0]["momentum"] = 0.9  # the header above says 0.95

@@ -27,7 +27,7 @@ namespace {
 nlohmann::json synthetic_header() {
   return {{"format", kTrajectoryFormat}, {"format_version", kTrajectoryFormatVersion}, {"producer", "test"},
           {"model", {{"name", "toy"}}},  {"optimizer", {{"matrix", "muon"}}},            {"world_size", 2},
-          {"precision", {{"param_dtype", "fp32"}}}, {"seed", 0}, {"data", {{"batch", 1}}}, {"max_norm", 0.0},
+          {"mesh", mesh_json(1, 2, "replicated")},                 {"precision", {{"param_dtype", "fp32"}}}, {"seed", 0}, {"data", {{"batch", 1}}}, {"max_norm", 0.0},
           {"lr_schedule", {{"kind", "constant"}}}};
 }
 
@@ -39,7 +39,8 @@ ParamMap toy_params(int64_t step) {
 // A dump of `steps` steps; `edit` may change a step's state before it is written.
 void write_dump(const std::string& dir, int steps, bool grads = false,
                 const std::function<void(int64_t, TrajectoryStep&, ParamMap&)>& edit = {},
-                const nlohmann::json& header = synthetic_header(), bool finish = true) {
+                const nlohmann::json& header = synthetic_header(), bool finish = true,
+                const std::function<void(int64_t, ParamMap&)>& state = {}) {
   TrajectoryWriter w(dir, header);
   for (int64_t s = 0; s <= steps; ++s) {
     TrajectoryStep t;
@@ -48,7 +49,9 @@ void write_dump(const std::string& dir, int steps, bool grads = false,
     ParamMap p = toy_params(s);
     if (edit) edit(s, t, p);
     const ParamMap g = toy_params(s + 10);
-    w.add(t, p, grads && s > 0 ? &g : nullptr);
+    ParamMap st;
+    if (state) state(s, st);
+    w.add(t, p, grads && s > 0 ? &g : nullptr, state ? &st : nullptr);
   }
   if (finish) w.finish();
 }
@@ -170,6 +173,7 @@ TEST(Conform, HeadersThatDisagreeNameTheField) {
 
   h = synthetic_header();
   h["world_size"] = 4;
+  h["mesh"] = mesh_json(1, 4, "replicated");
   write_dump(d.path() + "/w4", 2, false, {}, h);
   EXPECT_EQ(header_difference(read_trajectory(d.path() + "/ref"), read_trajectory(d.path() + "/w4")),
             "world_size: reference 2, candidate 4");
@@ -244,7 +248,7 @@ TEST(Conform, BadDumpsAreRefusedNamingWhatIsWrong) {
   h = nlohmann::json::parse(read_file(bad + "/trajectory.json"));
   h["format_version"] = 99;
   write_file_atomic(bad + "/trajectory.json", h.dump());
-  expect_error(bad, "format_version 99 is not 1");
+  expect_error(bad, "format_version 99 is not 1 or 2");
   expect_error(d.path(), "holds no trajectory.json: not a trajectory dump");
   expect_error(d.path() + "/nowhere", "is not a directory");
   bad = copy("loss");
@@ -257,6 +261,74 @@ TEST(Conform, BadDumpsAreRefusedNamingWhatIsWrong) {
   h["steps"][1]["params"] = "../ref/params_00000001.safetensors";
   write_file_atomic(bad + "/trajectory.json", h.dump());
   expect_error(bad, "is not a plain name inside the dump");
+}
+
+// Format 2: optimizer state is compared where both dumps have it (a one-ULP slip in a momentum
+// buffer is named as state), the mesh is a compared header field (a DDP dump against an HSDP one is
+// refused naming it), and a format-1 dump still conforms, with a note that no mesh was compared.
+TEST(Conform, FormatTwoComparesStateAndMeshAndStillReadsFormatOne) {
+  TempDir d("conform_v2");
+  auto momentum = [](int64_t s, ParamMap& st) {
+    if (s == 0) return;
+    st.emplace("a.weight.momentum_buffer", at::arange(12, at::kFloat).reshape({3, 4}).mul(0.01 * s));
+    st.emplace("a.weight.step", at::scalar_tensor(static_cast<double>(s), at::kFloat));
+  };
+  write_dump(d.path() + "/ref", 3, true, {}, synthetic_header(), true, momentum);
+  write_dump(d.path() + "/same", 3, true, {}, synthetic_header(), true, momentum);
+  const ConformReport same = compare_dirs(d.path() + "/ref", d.path() + "/same");
+  EXPECT_TRUE(same.equal());
+  EXPECT_EQ(same.values, 2 + 3 * (1 + 2 + 2 + 2));  // steps 1..3 add two state tensors
+  EXPECT_TRUE(same.notes.empty());
+
+  write_dump(d.path() + "/slip", 3, true, {}, synthetic_header(), true, [&](int64_t s, ParamMap& st) {
+    momentum(s, st);
+    if (s == 2) st.at("a.weight.momentum_buffer").data_ptr<float>()[5] = next_after(st.at("a.weight.momentum_buffer").data_ptr<float>()[5]);
+  });
+  const ConformReport slip = compare_dirs(d.path() + "/ref", d.path() + "/slip");
+  ASSERT_FALSE(slip.equal());
+  EXPECT_EQ(slip.first_difference->what(), "step 2 state a.weight.momentum_buffer");
+  EXPECT_EQ(slip.first_difference->first_mismatch, 5);
+
+  // Another implementation may keep other state: what only one side keeps is listed, not compared.
+  write_dump(d.path() + "/other", 3, true, {}, synthetic_header(), true, [&](int64_t s, ParamMap& st) {
+    momentum(s, st);
+    if (s > 0) st.erase("a.weight.step"), st.emplace("a.weight.exp_avg_sq", at::ones({3, 4}, at::kFloat));
+  });
+  const ConformReport other = compare_dirs(d.path() + "/ref", d.path() + "/other");
+  EXPECT_TRUE(other.equal());
+  EXPECT_EQ(other.steps[2].state_note,
+            "state only the reference keeps, not compared: a.weight.step; state only the candidate keeps, not compared: "
+            "a.weight.exp_avg_sq");
+
+  write_dump(d.path() + "/stateless", 3, true);
+  const ConformReport stateless = compare_dirs(d.path() + "/ref", d.path() + "/stateless");
+  EXPECT_TRUE(stateless.equal());
+  EXPECT_EQ(stateless.steps[1].state_note, "optimizer state not compared: only the reference has it");
+
+  nlohmann::json h = synthetic_header();
+  h["mesh"] = mesh_json(2, 2, "dedup");
+  write_dump(d.path() + "/hsdp", 3, true, {}, h);
+  EXPECT_EQ(header_difference(read_trajectory(d.path() + "/stateless"), read_trajectory(d.path() + "/hsdp")),
+            "mesh.replicas: reference 1, candidate 2 (the gradient sums are grouped differently: the runs are not comparable)");
+  EXPECT_NE(error_of([&] { compare_dirs(d.path() + "/stateless", d.path() + "/hsdp"); }).find("the headers disagree: mesh.replicas"),
+            std::string::npos);
+  h["mesh"]["replicas"] = 3;
+  write_dump(d.path() + "/badmesh", 1, false, {}, h);
+  EXPECT_NE(error_of([&] { read_trajectory(d.path() + "/badmesh"); }).find("mesh.replicas x mesh.shard_group = 3 is not world_size 2"),
+            std::string::npos);
+  h.erase("mesh");
+  write_dump(d.path() + "/nomesh", 1, false, {}, h);
+  EXPECT_NE(error_of([&] { read_trajectory(d.path() + "/nomesh"); }).find("a format-2 header needs the field 'mesh'"),
+            std::string::npos);
+
+  h["format_version"] = 1;
+  write_dump(d.path() + "/v1", 3, true, {}, h);
+  const ConformReport v1 = compare_dirs(d.path() + "/v1", d.path() + "/stateless");
+  EXPECT_TRUE(v1.equal());
+  ASSERT_EQ(v1.notes.size(), 1u);
+  EXPECT_EQ(v1.notes[0], "mesh not compared: the reference is a format-1 dump, which records none");
+  write_dump(d.path() + "/v1state", 2, false, {}, h, true, momentum);
+  EXPECT_NE(error_of([&] { read_trajectory(d.path() + "/v1state"); }).find("'state' is a format-2 field"), std::string::npos);
 }
 
 TEST(Conform, BadTolerancesAreRefused) {

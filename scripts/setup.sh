@@ -94,6 +94,15 @@ grid_gen="allpairspy==2.5.1"
   "$venv/bin/pip" install -q --no-deps "$grid_gen" || die "pip could not install $grid_gen; run: $venv/bin/pip install --no-deps $grid_gen"
 }
 
+# The conformance kit (python/, docs/conformance.md), installed editable: the peers, the ground truth
+# and a user's own training script import mfsdp_kit from this checkout.
+kit_here=$("$venv/bin/python" -c 'import mfsdp_kit, os; print(os.path.dirname(os.path.dirname(os.path.realpath(mfsdp_kit.__file__))))' 2>/dev/null || true)
+if [ "$kit_here" != "$(realpath "$repo/python")" ]; then
+  say "installing into $venv: mfsdp_kit (editable, from $repo/python)"
+  "$venv/bin/pip" install -q --no-deps -e "$repo/python" >/dev/null \
+    || die "pip could not install the kit; run: $venv/bin/pip install --no-deps -e $repo/python"
+fi
+
 # The CUDA headers the NCCL backend's translation unit includes, without a CUDA toolkit: the torch
 # wheel's nvidia-* dependencies bring the runtime headers but not crt/ (nvidia-cuda-crt) nor
 # libcu++'s nv/target (nvidia-cuda-cccl); both are headers-only wheels of torch's CUDA version.

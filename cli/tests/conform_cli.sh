@@ -5,7 +5,9 @@
 #  2. fast mode (native reduce, any summation order) differs in the last bits: exit 1 under exact,
 #     naming the first diverging step and tensor; within a tolerance file: exit 0 naming its entry;
 #  3. a run with another Muon learning rate: exit 2, the headers disagree, naming the field;
-#  4. a run's dump refuses a directory that holds anything, and changes nothing there, also when
+#  4. format 2: the oracle's optimizer state (--dump-state) is compared where both dumps have it,
+#     noted where one has it; an HSDP dump against a flat one is refused naming the mesh field;
+#  5. a run's dump refuses a directory that holds anything, and changes nothing there, also when
 #     the ranks were started by a launcher; rank processes dump what threads dump.
 set -euo pipefail
 mfsdp=$1
@@ -18,6 +20,20 @@ train --placement owner --dump-trajectory "$work/owner" --dump-grads
 grep -q "^trajectory: $work/owner" "$work/out" || fail "train does not say where the dump is"
 "$mfsdp" conform "$work/oracle" "$work/owner" >"$work/out" 2>&1 || fail "oracle vs owner: exit $?"
 grep -q "conform: BITWISE EQUAL: 150 values over 4 steps" "$work/out" || fail "oracle vs owner: no BITWISE EQUAL over 150 values"
+
+train --placement ddp --dump-trajectory "$work/oracle_state" --dump-grads --dump-state
+train --placement ddp --dump-trajectory "$work/oracle_state2" --dump-state  # 21 params x 4, 3 losses, 35 state tensors x 3
+"$mfsdp" conform "$work/oracle_state" "$work/oracle_state2" >"$work/out" 2>&1 || fail "oracle with state twice: exit $?"
+grep -q "conform: BITWISE EQUAL: 192 values over 4 steps" "$work/out" || fail "oracle with state: the state is not compared"
+"$mfsdp" conform "$work/oracle_state" "$work/owner" >"$work/out" 2>&1 || fail "state on one side: exit $?"
+grep -q "(optimizer state not compared: only the reference has it)" "$work/out" || fail "state on one side: no note"
+"$mfsdp" train -w 4 --steps 1 --placement ddp --dump-trajectory "$work/flat4" >"$work/out" 2>&1 || fail "train flat4"
+"$mfsdp" train -w 4 --steps 1 --replicas 2 --placement owner --dump-trajectory "$work/hsdp4" >"$work/out" 2>&1 || fail "train hsdp4"
+set +e
+"$mfsdp" conform "$work/flat4" "$work/hsdp4" >"$work/out" 2>&1; code=$?
+set -e
+[ "$code" -eq 2 ] && grep -q "the headers disagree, so the runs are not comparable: mesh.replicas: reference 1, candidate 2" "$work/out" ||
+  fail "flat vs HSDP: exit $code, the mesh field is not named"
 
 train --placement owner --fast --dump-trajectory "$work/fast" --dump-grads
 set +e

@@ -1,8 +1,10 @@
 #include "core/train/placement.h"
 
+#include "core/optim/optim.h"
 #include "core/train/trainer.h"
 #include "core/util/enum_names.h"
 
+#include <ATen/ops/scalar_tensor.h>
 #include <c10/util/Exception.h>
 
 #include <vector>
@@ -37,6 +39,21 @@ std::string PlacementRunner::save_checkpoint(const std::string&, int64_t, const 
 
 ParamMap PlacementRunner::full_grads() {
   TORCH_CHECK(false, "gradients: this placement cannot report its gradients (owner, reconstruct, alltoall and ddp can)");
+}
+
+ParamMap PlacementRunner::full_state() {
+  TORCH_CHECK(false, "optimizer state: this placement does not gather its optimizer state in full (ddp, the oracle, does)");
+}
+
+void add_full_state(ParamMap& out, const std::string& name, const TensorOptimizer& optimizer) {
+  bool stepped = false;
+  for (const auto& [entry, t] : optimizer.state()) {
+    if (!t.defined()) continue;
+    stepped = true;
+    out.emplace(name + "." + entry, t.detach().to(at::kCPU).clone());
+  }
+  if (!stepped) return;  // a fresh optimizer: no state, counters included
+  for (const auto& [entry, v] : optimizer.scalars()) out.emplace(name + "." + entry, at::scalar_tensor(v, at::kFloat));
 }
 
 void PlacementRunner::scale_rows(const std::string& name, const at::Tensor&) {

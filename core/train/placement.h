@@ -24,6 +24,7 @@
 
 namespace mfsdp {
 
+class TensorOptimizer;
 class TransformerModel;
 struct TrainConfig;
 
@@ -94,6 +95,10 @@ class PlacementRunner {
   // clipping; before update), as CPU copies (may communicate, in phase `other`). Placements that
   // cannot say so throw.
   virtual ParamMap full_grads();
+  // Every optimizer state in full, as CPU copies: tensor entries as `name.entry`, counters as 0-d
+  // float32 tensors `name.counter` (empty before the first update; may communicate, in phase
+  // `other`). Placements that cannot say so throw.
+  virtual ParamMap full_state();
   virtual int64_t resident_bytes() const = 0;
   virtual int64_t peak_gathered_bytes() const { return 0; }
   // Gradient accumulation's sums between micro-batches, the most at once (owner runtime; 0 elsewhere).
@@ -113,6 +118,9 @@ class PlacementRunner {
                                       const LoopState& loop);
   virtual ResumeInfo load_checkpoint(const std::string& checkpoint, const TrainConfig& config);
 };
+// Adds `optimizer`'s state for parameter `name` to `out` as full_state() names it (nothing when
+// it has not stepped).
+void add_full_state(ParamMap& out, const std::string& name, const TensorOptimizer& optimizer);
 // `held` holds rows [begin, begin + held.size(0)) of a parameter: each row times its entry of the
 // parameter's row_scale, cast to held's dtype first (as MuonClip casts its scales), in place.
 void scale_held_rows(const at::Tensor& held, const at::Tensor& row_scale, int64_t begin);

@@ -273,9 +273,15 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     if (config.on_resume) config.on_resume(result.resumed);
   }
   TORCH_CHECK(!config.full_grads || config.on_full_state, "train: full_grads needs on_full_state");
+  TORCH_CHECK(!config.full_state || config.on_full_state, "train: full_state needs on_full_state");
   std::optional<QkClip> qk_clip;
   if (config.qk_clip_tau > 0) qk_clip.emplace(config.model, config.qk_clip_tau, device);
-  if (config.on_full_state) config.on_full_state(start, nullptr, stepper->full_params(), nullptr);
+  if (config.on_full_state) {
+    const ParamMap params = stepper->full_params();
+    std::optional<ParamMap> state;
+    if (config.full_state) state = stepper->full_state();
+    config.on_full_state(start, nullptr, params, nullptr, state ? &*state : nullptr);
+  }
   if (config.record_params) result.initial_params = stepper->full_params();
   for (int step = start; step < config.steps; ++step) {
     StepMetrics m;
@@ -341,7 +347,12 @@ TrainResult train_loop(RankContext& ctx, const TrainConfig& config, const Placem
     m.peak_gathered_bytes = stepper->peak_gathered_bytes();
     m.peak_accumulation_bytes = stepper->peak_accumulation_bytes();
     if (config.record_params) result.params_per_step.push_back(stepper->full_params());
-    if (config.on_full_state) config.on_full_state(m.step, &m, stepper->full_params(), grads ? &*grads : nullptr);
+    if (config.on_full_state) {
+      const ParamMap params = stepper->full_params();
+      std::optional<ParamMap> state;
+      if (config.full_state) state = stepper->full_state();
+      config.on_full_state(m.step, &m, params, grads ? &*grads : nullptr, state ? &*state : nullptr);
+    }
     if (on_step) on_step(m);
     result.steps.push_back(m);
   }

@@ -56,9 +56,14 @@ struct TrainConfig {
   // every parameter in full before the first step (`metrics` null: the initial or resumed state)
   // and after every step; with full_grads, also with that step's gradients as its update used them
   // (gathered after the reduction and clipping, before the update: phase `other` traffic counted
-  // in the step's counters). Gathers are collectives: every rank gets the call.
-  std::function<void(int64_t step, const StepMetrics* metrics, const ParamMap& params, const ParamMap* grads)> on_full_state;
+  // in the step's counters). With full_state, also with the optimizer state after the step, in
+  // full (PlacementRunner::full_state: `name.entry` tensors, counters as 0-d float32 tensors; empty
+  // before the first step of a fresh run). Gathers are collectives: every rank gets the call.
+  std::function<void(int64_t step, const StepMetrics* metrics, const ParamMap& params, const ParamMap* grads,
+                     const ParamMap* state)>
+      on_full_state;
   bool full_grads = false;
+  bool full_state = false;
   // Fault injection for tests: this rank SIGKILLs itself in the backward pass of this step, or
   // in the checkpoint of this step after writing its rank file (before the commit).
   std::optional<std::pair<int, int>> kill_rank_at_step;

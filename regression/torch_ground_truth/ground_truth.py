@@ -81,10 +81,9 @@ import torch.nn.functional as F
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-# The model, its init, its sampler and its functional forward: the module the stock peers share.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "peers"))
-from reference_model import (ADAMW_LR, EXPERTS, MUON_LR, RMS_EPS, TINY, TOP_K, batch,  # noqa: E402
-                             corpus_bytes, functional_loss, init_params, param_specs)
+# The model, its init, its sampler and its functional forward: the kit's, which the stock peers share.
+from mfsdp_kit.model import (ADAMW_LR, EXPERTS, MUON_LR, RMS_EPS, TINY, TOP_K, batch, corpus_bytes, functional_loss,
+                             init_params, param_specs)
 
 VOCAB, HIDDEN, INTERMEDIATE, LAYERS, HEADS = TINY.vocab, TINY.hidden, TINY.intermediate, TINY.layers, TINY.heads
 SEED, BATCH, SEQ = 0, 4, 32      # mfsdp train's defaults

@@ -1,7 +1,7 @@
-"""The model, its initialisation and its batch sampler in stock PyTorch, rebuilt from their C++
-definitions (core/train/model.cpp, core/train/data.cpp, core/dist/determinism.cpp), not read from
-the C++ side. One module, shared by the stock-PyTorch ground truth
-(regression/torch_ground_truth/ground_truth.py) and the stock peers (peers/peer_train.py).
+"""The reference model, its initialisation and its batch sampler in stock PyTorch, rebuilt from their
+C++ definitions (core/train/model.cpp, core/train/data.cpp, core/dist/determinism.cpp), not read from
+the C++ side. The one home of what the stock-PyTorch ground truth
+(regression/torch_ground_truth/ground_truth.py), the stock peers (peers/) and the conformance kit share.
 
 What is here, op for op as the C++ side computes it:
   - the generators (splitmix64 seeds), init_params (2-D and 3-D tensors N(0, 0.02) drawn in
@@ -9,9 +9,8 @@ What is here, op for op as the C++ side computes it:
   - the functional model (functional_loss): RMSNorm normalised in float32, attention with a
     float32 softmax, SwiGLU MLPs or experts, the head and a float32 cross-entropy;
   - Model: the same functions behind torch.nn modules with the C++ parameter names, one module
-    per block, so that FSDP2's fully_shard can wrap each block;
-  - the trajectory format of docs/conformance.md (write_trajectory), so a peer's run can be
-    checked by `mfsdp conform` against the reference.
+    per block, so that FSDP2's fully_shard can wrap each block.
+The trajectory format is in mfsdp_kit.trajectory.
 """
 import json
 import math
@@ -258,78 +257,3 @@ class Model(nn.Module):
         for block in self.layers:
             x = block(x)
         return head_loss(x, self.norm.weight, self.head.weight, targets)
-
-
-# ---- The trajectory format (docs/conformance.md; harness/trajectory_dump.h) ---------------------
-
-def model_json(dims):
-    """model_config_json (core/train/trainer.cpp) of mfsdp train's model of these dims."""
-    return {"name": "tiny", "vocab": dims.vocab, "hidden": dims.hidden, "intermediate": dims.intermediate,
-            "layers": dims.layers, "heads": dims.heads, "kv_heads": dims.heads, "qkv_bias": False, "dtype": "Float"}
-
-
-def muon_json(group):
-    """A torch.optim.Muon param group's hyperparameters, as mfsdp records Muon's."""
-    return {"lr": group["lr"], "momentum": group["momentum"], "nesterov": group["nesterov"],
-            "ns_coefficients": list(group["ns_coefficients"]), "ns_steps": group["ns_steps"], "eps": group["eps"],
-            "weight_decay": group["weight_decay"], "adjust_lr_fn": group["adjust_lr_fn"] or "original"}
-
-
-def adamw_json(group):
-    """A torch.optim.AdamW param group's hyperparameters, as mfsdp records AdamW's."""
-    return {"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"], "weight_decay": group["weight_decay"]}
-
-
-def corpus_crc32(data):
-    import zlib
-    return zlib.crc32(data) & 0xFFFFFFFF
-
-
-def number(v):
-    """A float as the format stores it: a number, or "nan" / "inf" / "-inf"."""
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    return v
-
-
-class TrajectoryWriter:
-    """Writes a dump as a run goes (rank 0): DIR/trajectory.json and one safetensors file of full
-    parameters (and optionally gradients) per step, each written to a temporary name and renamed."""
-
-    def __init__(self, directory, header):
-        if os.path.lexists(directory) and (not os.path.isdir(directory) or os.path.islink(directory) or os.listdir(directory)):
-            raise SystemExit(f"--dump-trajectory: '{directory}' is not a new or empty directory")
-        os.makedirs(directory, exist_ok=True)
-        self.dir, self.header, self.steps = directory, dict(header), []
-        self._write_header(False)
-
-    def _atomic(self, name, write):
-        path = os.path.join(self.dir, name)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        write(tmp)
-        os.replace(tmp, path)
-
-    def _write_header(self, complete):
-        h = dict(self.header, complete=complete, steps=self.steps)
-        self._atomic("trajectory.json", lambda p: open(p, "w").write(json.dumps(h, indent=1, allow_nan=False) + "\n"))
-
-    def add(self, step, params, loss=None, grad_norm=None, grads=None):
-        from safetensors.torch import save_file
-        entry = {"step": step, "params": f"params_{step:08d}.safetensors"}
-        tensors = {n: t.detach().cpu().contiguous() for n, t in params.items()}
-        self._atomic(entry["params"], lambda p: save_file(tensors, p, metadata={"step": str(step), "kind": "params"}))
-        if grads is not None:
-            entry["grads"] = f"grads_{step:08d}.safetensors"
-            g = {n: t.detach().cpu().contiguous() for n, t in grads.items()}
-            self._atomic(entry["grads"], lambda p: save_file(g, p, metadata={"step": str(step), "kind": "grads"}))
-        if loss is not None:
-            entry["loss"] = number(loss)
-        if grad_norm is not None:
-            entry["grad_norm"] = number(grad_norm)
-        self.steps.append(entry)
-        self._write_header(False)
-
-    def finish(self):
-        self._write_header(True)

@@ -1,0 +1,11 @@
+"""mfsdp_kit: check a distributed Muon (or any torch optimizer) against the MatrixFSDP oracle.
+
+    ref = Reference.load(oracle_dump)        # model, data, hyperparameters, W, mesh of the oracle's run
+    rec = Recorder(model, ref, out_dir, [muon, adamw])
+    ... rec.grads() before optimizer.step(), rec.step(loss) after it ...
+    report = conform(ref, out_dir)           # mfsdp conform --json
+    replay(ref, make_optimizer)              # one-step replay: a verdict per tensor and step
+
+See docs/conformance.md.
+"""
+from .trajectory import Dump, DumpError, TrajectoryWriter  # noqa: F401
