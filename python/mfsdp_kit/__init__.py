@@ -9,3 +9,7 @@
 See docs/conformance.md.
 """
 from .trajectory import Dump, DumpError, TrajectoryWriter  # noqa: F401
+from .conform import Report, assert_conforms, conform  # noqa: F401,E402
+from .recorder import Recorder, RecorderError  # noqa: F401,E402
+from .reference import Reference, ReferenceError  # noqa: F401,E402
+from .tool import ToolError  # noqa: F401,E402
