@@ -236,28 +236,6 @@ void compare_files(ConformReport& r, StepResult& s, const std::string& kind, con
     s.state_note += (s.state_note.empty() ? "" : "; ") + std::string("state only the candidate keeps, not compared: ") + name_list(only_cand);
 }
 
-// The first path where two JSON values differ ("" when equal); numbers compare by value.
-std::string json_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
-  if (a.is_object() && b.is_object()) {
-    for (const auto& [k, v] : a.items()) {
-      if (!b.contains(k)) return path + "." + k + ": reference " + v.dump() + ", candidate has none";
-      const std::string d = json_difference(v, b[k], path + "." + k);
-      if (!d.empty()) return d;
-    }
-    for (const auto& [k, v] : b.items())
-      if (!a.contains(k)) return path + "." + k + ": reference has none, candidate " + v.dump();
-    return "";
-  }
-  if (a.is_array() && b.is_array() && a.size() == b.size()) {
-    for (size_t i = 0; i < a.size(); ++i) {
-      const std::string d = json_difference(a[i], b[i], path + "[" + std::to_string(i) + "]");
-      if (!d.empty()) return d;
-    }
-    return "";
-  }
-  if (a.is_number() && b.is_number() && a.get<double>() == b.get<double>()) return "";
-  return a == b ? "" : path + ": reference " + a.dump() + ", candidate " + b.dump();
-}
 
 std::string number_text(double v) {
   char buf[40];
@@ -296,6 +274,28 @@ nlohmann::json value_json(const ValueResult& v) {
 }
 
 }  // namespace
+
+std::string json_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path) {
+  if (a.is_object() && b.is_object()) {
+    for (const auto& [k, v] : a.items()) {
+      if (!b.contains(k)) return path + "." + k + ": reference " + v.dump() + ", candidate has none";
+      const std::string d = json_difference(v, b[k], path + "." + k);
+      if (!d.empty()) return d;
+    }
+    for (const auto& [k, v] : b.items())
+      if (!a.contains(k)) return path + "." + k + ": reference has none, candidate " + v.dump();
+    return "";
+  }
+  if (a.is_array() && b.is_array() && a.size() == b.size()) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      const std::string d = json_difference(a[i], b[i], path + "[" + std::to_string(i) + "]");
+      if (!d.empty()) return d;
+    }
+    return "";
+  }
+  if (a.is_number() && b.is_number() && a.get<double>() == b.get<double>()) return "";
+  return a == b ? "" : path + ": reference " + a.dump() + ", candidate " + b.dump();
+}
 
 std::string ValueResult::what() const {
   return "step " + std::to_string(step) + " " + kind + (name.empty() ? "" : " " + name);

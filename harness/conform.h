@@ -73,6 +73,10 @@ struct ConformReport {
   bool within() const { return !first_outside; }
 };
 
+// The first path where two JSON values differ, as "path.key: reference A, candidate B" ("" when
+// equal); numbers compare by value (2 and 2.0 agree).
+std::string json_difference(const nlohmann::json& a, const nlohmann::json& b, const std::string& path);
+
 // The first compared header field (kComparedFields, the mesh where both dumps have one, then the
 // step list) where the two disagree, as "field.path: reference R, candidate C"; "" when they agree.
 std::string header_difference(const TrajectoryDump& ref, const TrajectoryDump& cand);

@@ -13,3 +13,4 @@ from .conform import Report, assert_conforms, conform  # noqa: F401,E402
 from .recorder import Recorder, RecorderError  # noqa: F401,E402
 from .reference import Reference, ReferenceError  # noqa: F401,E402
 from .tool import ToolError  # noqa: F401,E402
+from .replay import ReplayReport, replay  # noqa: F401,E402

@@ -1,0 +1,144 @@
+"""One-step replay (teacher forcing) of any torch optimizer against the reference: for each step k,
+the candidate's optimizer is given the reference's parameters after step k - 1, its step-k
+gradients and its state after step k - 1, takes one step, and its parameters are written as a replay
+dump; `mfsdp conform --replay` then judges each tensor's update against the noise floor of the
+reference optimizer re-run on inputs perturbed in their last bit (harness/replay.h).
+
+    report = replay(ref, lambda named: [torch.optim.Muon(...), torch.optim.AdamW(...)], "replay_dir")
+    print(report.text)    # per step: bitwise / within the noise / systematic, naming the tensors
+
+make_optimizers(named) gets {name: parameter} in the model's order (plain tensors, or what
+`place(name, tensor)` made of them: DTensors for a sharded optimizer, every rank calling replay)
+and returns the optimizer objects stepping them. With state=True their state after each step is
+dumped too and compared where the reference keeps the same entry (a wrong momentum shows in the
+momentum buffer at step 1, before Newton–Schulz can hide it). `state_names` maps the candidate's state keys to
+the reference's ({"momentum": "momentum_buffer"}); state a candidate keys otherwise starts empty.
+"""
+import json
+import os
+import tempfile
+import time
+
+import torch
+
+from .recorder import _dist, _full
+from .tool import run_mfsdp
+from .trajectory import DumpError, TrajectoryWriter, check_new_dir, split_state
+
+
+class ReplayReport(dict):
+    """mfsdp conform --replay's JSON report with its text beside it."""
+
+    @property
+    def verdict(self):
+        return self["verdict"]  # "within_noise" or "systematic"
+
+    @property
+    def text(self):
+        return self["_text"]
+
+    def systematic(self, step=None):
+        """The tensors judged systematic (at `step`, or anywhere)."""
+        return [t for t in self["tensors"] if t["verdict"] == "systematic" and (step is None or t["step"] == step)]
+
+
+def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_names=None, producer=None, mfsdp=None,
+           factor=None, state=True):
+    """Replays steps 1..steps (default: all of the reference's) and returns the ReplayReport (on every
+    rank; rank 0 writes `directory`, a new directory, or a temporary one that is removed)."""
+    dist = _dist()
+    rank = dist.get_rank() if dist else 0
+    steps = steps or ref.steps
+    if not 1 <= steps <= ref.steps:
+        raise ValueError(f"replay: steps={steps}; the reference has steps 1..{ref.steps}")
+    ours_to_theirs = {v: k for k, v in (state_names or {}).items()}
+    tmp = None
+    if directory is None and rank == 0:
+        tmp = tempfile.TemporaryDirectory(prefix="mfsdp_kit_replay_")
+        directory = os.path.join(tmp.name, "replay")
+    writer, error = None, ""
+    header = ref.candidate_header(producer or f"mfsdp_kit.replay (torch {torch.__version__})")
+    header["replay"] = {"reference": os.path.abspath(ref.dump.dir), "steps": steps}
+    if rank == 0:
+        try:
+            check_new_dir(directory, "replay")
+            writer = TrajectoryWriter(directory, header)
+            writer.add(0, ref.params(0))
+        except (OSError, ValueError) as e:
+            error = str(e)
+    _agree(dist, error)
+    seconds = []
+    for k in range(1, steps + 1):
+        t0 = time.perf_counter()
+        before, grads = ref.params(k - 1), ref.grads(k)
+        ref_state = split_state(ref.state(k - 1), ref.param_names)
+        named = {}
+        for n in ref.param_names:
+            t = before[n].clone()
+            p = torch.nn.Parameter(place(n, t) if place else t)
+            g = grads[n].clone()
+            p.grad = place(n, g) if place else g
+            named[n] = p
+        optimizers = list(make_optimizers(named))
+        by_param = {id(p): n for n, p in named.items()}
+        for opt in optimizers:
+            for group in opt.param_groups:
+                for p in group["params"]:
+                    entries = ref_state.get(by_param.get(id(p)), {})
+                    for key, t in entries.items():
+                        theirs = ours_to_theirs.get(key, key)
+                        if t.dim() == 0:
+                            opt.state[p][theirs] = t.clone()  # a counter (AdamW's step: a 0-d float32 tensor)
+                        else:
+                            opt.state[p][theirs] = place(f"{by_param[id(p)]}.{key}", t.clone()) if place else t.clone()
+        for opt in optimizers:
+            opt.step()
+        after = {n: _full(p).clone() for n, p in named.items()}
+        kept = {}
+        if state:  # the candidate's state after its step, under the reference's names, compared where both keep it
+            for n, p in named.items():
+                for opt in optimizers:
+                    for key in sorted(opt.state.get(p, {})):
+                        v = opt.state[p][key]
+                        if torch.is_tensor(v):
+                            kept[f"{n}.{(state_names or {}).get(key, key)}"] = _full(v).clone().float() if v.dim() else v.detach().float().clone()
+        seconds.append(time.perf_counter() - t0)
+        if writer:
+            try:
+                writer.add(k, after, state=kept or None)
+            except (OSError, ValueError) as e:
+                error = str(e)
+        _agree(dist, error)
+    report = None
+    if rank == 0:
+        try:
+            writer.finish()
+            with tempfile.TemporaryDirectory(prefix="mfsdp_kit_replay_report_") as rd:
+                out = os.path.join(rd, "report.json")
+                args = ["conform", "--replay", ref.dump.dir, directory, "--json", out]
+                if factor is not None:
+                    args += ["--factor", factor]
+                code, text = run_mfsdp(args, mfsdp, ok=(0, 1))
+                report = ReplayReport(json.load(open(out)))
+            report["_text"] = text
+            report["candidate_seconds"] = seconds
+        except Exception as e:  # noqa: BLE001 - raised on every rank below
+            error = str(e)
+        finally:
+            if tmp:
+                tmp.cleanup()
+    _agree(dist, error)
+    if dist:
+        box = [report]
+        dist.broadcast_object_list(box, src=0)
+        report = box[0]
+    return report
+
+
+def _agree(dist, error):
+    if dist:
+        box = [error]
+        dist.broadcast_object_list(box, src=0)
+        error = box[0]
+    if error:
+        raise DumpError(f"replay: rank 0 failed: {error}" if dist else f"replay: {error}")
