@@ -8,22 +8,26 @@
 // is an oracle dump with gradients and state (mfsdp train --placement ddp --dump-grads
 // --dump-state).
 //
-// Per step k and tensor, with P the reference's parameters after step k - 1, the reference update
-// R = P_k - P and the candidate's C = C_k - P (in double):
-//   rel_error   ||C - R|| / ||R||
+// Per step k and compared tensor (every parameter, and every optimizer state tensor the replay dump
+// also holds under the reference's name), with X the value before the step (the parameter after
+// step k - 1; the state after it, zeros at step 1), the reference update R = X_k - X and the
+// candidate's C = C_k - X (in double):
+//   rel_error      ||C - R|| / ||R||
 //   one_minus_cos  1 - <C, R> / (||C|| ||R||)
-//   norm_ratio  | ||C|| / ||R|| - 1 |          (the update's scale: an lr rule)
-//   along_param |<C - R, P>| / (||R|| ||P||)   (the part along the parameter: weight decay)
+//   norm_ratio     | ||C|| / ||R|| - 1 |          (the update's scale: an lr rule)
+//   along_param    |<C - R, X>| / (||R|| ||X||)   (the part along the value: weight decay)
 // The noise floor of each is measured, not assumed: mfsdp's own optimizer (the header's) is re-run
 // from the reference's inputs with the gradients and state perturbed by -1, 0 or +1 unit in the
 // last place, element by element (seeded), in the precision the update is computed in: the
 // Newton–Schulz dtype (bf16 for torch's variant) for the Muon family's matrices, float32 otherwise.
-// Runs continue from min_runs until the floors stop growing for half the runs so far (at most
-// max_runs). The unperturbed re-run must reproduce the reference's step bit for bit (else the
-// header does not describe the reference and replay refuses it). A tensor's verdict:
-//   bitwise           C_k equals the reference's P_k bit for bit;
+// A floor is the largest statistic of a perturbed re-run against the unperturbed one. Runs double
+// from min_runs until no floor grows by more than a quarter (at most max_runs). The unperturbed
+// re-run must reproduce the reference's step bit for bit (else the header does not describe the
+// reference, and replay refuses it). A tensor's verdict:
+//   bitwise           C_k equals the reference's X_k bit for bit;
 //   within the noise  every statistic at most `factor` times its floor;
-//   systematic        some statistic beyond `factor` times its floor (named, with the floor).
+//   systematic        some statistic beyond `factor` times its floor (named, with the floor);
+//                     a counter (AdamW's step) that differs is systematic too.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

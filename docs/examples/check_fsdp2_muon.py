@@ -8,7 +8,7 @@ from torch.distributed.fsdp import fully_shard
 
 from mfsdp_kit import Recorder, Reference, conform
 
-work = sys.argv[1]
+work = sys.argv[1]  # a new directory for the dumps
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 ref = Reference.train(f"{work}/oracle", world_size=2, steps=3)  # the oracle: mfsdp train --placement ddp

@@ -72,6 +72,14 @@ def _atomic_write(path, write):
         raise
 
 
+def _rank():
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return 0
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
 def _cpu(tensors):
     return {n: t.detach().cpu().contiguous() for n, t in tensors.items()}
 
@@ -82,6 +90,10 @@ class TrajectoryWriter:
     readable dump that says it is incomplete."""
 
     def __init__(self, directory, header):
+        rank = _rank()
+        if rank:
+            raise DumpError(f"TrajectoryWriter: this is rank {rank}; only rank 0 writes a dump (two writers would race on "
+                            "one directory): construct it on rank 0, or use Recorder, which gathers for rank 0")
         check_new_dir(directory)
         os.makedirs(directory, exist_ok=True)
         self.dir, self.header, self.steps = directory, dict(header), []
