@@ -86,6 +86,15 @@ ext_opt="pytorch-optimizer==4.1.0"
   "$venv/bin/pip" install -q --no-deps "$ext_opt" || die "pip could not install $ext_opt; run: $venv/bin/pip install --no-deps $ext_opt"
 }
 
+# The public Muon implementations the kit's verdicts run (python/tests/public_verdicts.py,
+# docs/conformance.md), pinned; pure Python, --no-deps (torch and numpy are above).
+for spec in "heavyball==3.2.1" "opt-einsum==3.4.0"; do
+  "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('${spec%%==*}') == '${spec#*==}'" 2>/dev/null || {
+    say "installing into $venv: $spec"
+    "$venv/bin/pip" install -q --no-deps "$spec" || die "pip could not install $spec; run: $venv/bin/pip install --no-deps $spec"
+  }
+done
+
 # The covering-array generator the designed grid is made with (regression/grid/design.py; the
 # test grid.array_is_what_design_generates regenerates the committed array), pinned: pure Python.
 grid_gen="allpairspy==2.5.1"

@@ -13,8 +13,11 @@ and returns the optimizer objects stepping them. With state=True their state aft
 dumped too and compared where the reference keeps the same entry (a wrong momentum shows in the
 momentum buffer at step 1, before Newton–Schulz can hide it). `state_names` maps the candidate's state keys to
 the reference's ({"momentum": "momentum_buffer"}); state a candidate keys otherwise starts empty.
+A step counter an optimizer keeps per param group (an int group["step"], as pytorch-optimizer's)
+is set to the k - 1 steps taken before step k.
 """
 import json
+import math
 import os
 import tempfile
 import time
@@ -51,7 +54,6 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
     steps = steps or ref.steps
     if not 1 <= steps <= ref.steps:
         raise ValueError(f"replay: steps={steps}; the reference has steps 1..{ref.steps}")
-    ours_to_theirs = {v: k for k, v in (state_names or {}).items()}
     tmp = None
     if directory is None and rank == 0:
         tmp = tempfile.TemporaryDirectory(prefix="mfsdp_kit_replay_")
@@ -68,6 +70,11 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
             error = str(e)
     _agree(dist, error)
     seconds = []
+    names = dict(state_names or {})  # the candidate's state keys -> the reference's
+    group_counters = []
+    layout = {}  # the candidate's own state: {param: {key: shape}}, from its first step
+    last = ref.state(ref.steps) if ref.dump.has(ref.steps, "state") else {}
+    shapes = {key: tuple(t.shape) for key, t in last.items()}
     for k in range(1, steps + 1):
         t0 = time.perf_counter()
         before, grads = ref.params(k - 1), ref.grads(k)
@@ -81,27 +88,43 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
             named[n] = p
         optimizers = list(make_optimizers(named))
         by_param = {id(p): n for n, p in named.items()}
+        # The reference's state after step k - 1, in the candidate's own layout (its keys and shapes,
+        # learnt from its first step): an entry the reference does not keep, or keeps in another size,
+        # is left to the candidate's own initialisation.
         for opt in optimizers:
             for group in opt.param_groups:
                 for p in group["params"]:
-                    entries = ref_state.get(by_param.get(id(p)), {})
-                    for key, t in entries.items():
-                        theirs = ours_to_theirs.get(key, key)
-                        if t.dim() == 0:
-                            opt.state[p][theirs] = t.clone()  # a counter (AdamW's step: a 0-d float32 tensor)
-                        else:
-                            opt.state[p][theirs] = place(f"{by_param[id(p)]}.{key}", t.clone()) if place else t.clone()
+                    n = by_param.get(id(p))
+                    for theirs, shape in layout.get(n, {}).items():
+                        t = ref_state.get(n, {}).get(names.get(theirs, theirs))
+                        if t is None or t.numel() != math.prod(shape):
+                            continue
+                        t = t.reshape(shape).clone()
+                        opt.state[p][theirs] = t if t.dim() == 0 or not place else place(f"{n}.{theirs}", t)
+        for i, j in group_counters:  # a counter kept per param group: k - 1 steps taken before step k
+            optimizers[i].param_groups[j]["step"] = k - 1
         for opt in optimizers:
             opt.step()
+        if k == 1:  # pytorch-optimizer counts steps in group["step"] (0 before, 1 after the first)
+            group_counters = [(i, j) for i, opt in enumerate(optimizers) for j, g in enumerate(opt.param_groups)
+                              if type(g.get("step")) is int and g["step"] == 1]
         after = {n: _full(p).clone() for n, p in named.items()}
         kept = {}
-        if state:  # the candidate's state after its step, under the reference's names, compared where both keep it
-            for n, p in named.items():
-                for opt in optimizers:
-                    for key in sorted(opt.state.get(p, {})):
-                        v = opt.state[p][key]
-                        if torch.is_tensor(v):
-                            kept[f"{n}.{(state_names or {}).get(key, key)}"] = _full(v).clone().float() if v.dim() else v.detach().float().clone()
+        for n, p in named.items():
+            for opt in optimizers:
+                for key in sorted(opt.state.get(p, {})):
+                    v = opt.state[p][key]
+                    if not torch.is_tensor(v):
+                        continue
+                    if k == 1:
+                        layout.setdefault(n, {})[key] = tuple(v.shape)
+                    full = _full(v).detach().float().clone()
+                    ref_shape = shapes.get(f"{n}.{names.get(key, key)}")
+                    if ref_shape is not None and full.numel() == math.prod(ref_shape):
+                        full = full.reshape(ref_shape)  # a flattened layout compares in the reference's
+                    kept[f"{n}.{names.get(key, key)}"] = full
+        if not state:
+            kept = {}
         seconds.append(time.perf_counter() - t0)
         if writer:
             try:
