@@ -143,6 +143,11 @@ class Reference:
         matrices, others = self.split(model)
         return [torch.optim.Muon(matrices, **self.muon_kwargs()), torch.optim.AdamW(others, **self.adamw_kwargs())]
 
+    def torch_optimizers_of(self, named):
+        """torch_optimizers over {name: parameter} (what replay's make_optimizers receives)."""
+        return [torch.optim.Muon([p for n, p in named.items() if n in self.matrix_names], **self.muon_kwargs()),
+                torch.optim.AdamW([p for n, p in named.items() if n not in self.matrix_names], **self.adamw_kwargs())]
+
     # ---- The reference's own trajectory -----------------------------------------------------------
 
     def params(self, step):

@@ -117,6 +117,28 @@ def main():
     check("a run stopped before finish() leaves a dump that says it is incomplete", c == 2 and "the dump is incomplete" in rep,
           rep[-300:])
 
+    # Replay's own refusals: a dump that is not a replay, and a reference whose header does not
+    # describe the optimizer that produced it (its Muon lr edited): no noise floor can be measured.
+    c, rep = mfsdp("conform", "--replay", ref2, os.path.join(work, "ddp"))
+    check("conform --replay of a dump that is not a replay is refused", c == 2 and "is not a replay dump" in rep, rep[-300:])
+    import json
+    import shutil
+    import torch
+    from mfsdp_kit import Reference, ToolError, replay
+    lied = os.path.join(work, "lied")
+    shutil.copytree(ref2, lied)
+    h = json.load(open(os.path.join(lied, "trajectory.json")))
+    h["optimizer"]["muon"]["lr"] = 0.01
+    json.dump(h, open(os.path.join(lied, "trajectory.json"), "w"))
+    ref = Reference.load(lied)
+    try:
+        replay(ref, ref.torch_optimizers_of, steps=1)
+        refusal = ""
+    except Exception as e:  # noqa: BLE001
+        refusal = str(e)
+    check("replay against a reference its own header does not reproduce is refused, naming the tensor",
+          "does not reproduce the reference's own step of 'layers.0.attn.q.weight' bit for bit" in refusal, refusal[-300:])
+
     # 4. One-step replay on DTensors at W = 2 and 4.
     for W, ref in ((2, ref2), (4, ref4)):
         code, out = torchrun(W, os.path.join(HERE, "replay_slips.py"), [ref, "--fsdp2", "--steps", 2])
