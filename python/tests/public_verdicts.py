@@ -104,7 +104,8 @@ def main():
     check("pytorch-optimizer 4.1.0 MuonClip, updates alone: systematic from step 2 in the matrices",
           first == 2 and names and all(n in ref.matrix_names for n in names), f"step {first}: {len(names)} tensors")
     # heavyball: the first update of every matrix is off in scale (norm_ratio beyond the floor at
-    # step 1, 6-10 %); its state is nested (state[p][0]["nesterov_ema_momentum_2"]), which replay does
+    # step 1, 6-10 %): its Newton-Schulz is its own five-step table (4.0848, -6.8946, 2.9270; ...)
+    # on a stochastically rounded bf16 input; its state is nested (state[p][0]["nesterov_ema_momentum_2"]), which replay does
     # not load, so from step 2 its steps start from a zero momentum.
     r = replay(ref, lambda named: heavyball_muon(ref, named))
     first, names = summary(r)
