@@ -5,11 +5,12 @@
 # expression MATCH (default: every test of TARGET) and not EXCLUDE (default: none). ctest ADDS
 # labels set this way to the test's labels (it never removes one), so a test kept out of a label
 # must be excluded where the label is given, not relabelled later.
-# Call after gtest_discover_tests(TARGET ...) in the same directory.
+# ENVIRONMENT "VAR=value" sets the tests' environment (gtest_discover_tests' own PROPERTIES ENVIRONMENT
+# reached none of them under CMake 3.25). Call after gtest_discover_tests(TARGET ...) in the same directory.
 #   mfsdp_discovered_test_properties(differential_tests MATCH "/W[35]_" LABELS differential quick COST 60)
 #   mfsdp_discovered_test_properties(hsdp_tests MATCH "^Meshes/" EXCLUDE "/R2xS2_" LABELS exhaustive)
 function(mfsdp_discovered_test_properties target)
-  cmake_parse_arguments(A "" "MATCH;EXCLUDE;COST" "LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "MATCH;EXCLUDE;COST;ENVIRONMENT" "LABELS" ${ARGN})
   if(NOT A_MATCH)
     set(A_MATCH ".")
   endif()
@@ -20,6 +21,9 @@ function(mfsdp_discovered_test_properties target)
   endif()
   if(A_COST)
     string(APPEND _props " COST ${A_COST}")
+  endif()
+  if(A_ENVIRONMENT)
+    string(APPEND _props " ENVIRONMENT \"${A_ENVIRONMENT}\"")
   endif()
   set(_condition "_name MATCHES [==[${A_MATCH}]==]")
   if(A_EXCLUDE)
