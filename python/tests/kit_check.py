@@ -91,6 +91,12 @@ def main():
     code, out = torchrun(2, os.path.join(HERE, "kit_loops.py"), ["--mode", "fsdp2", "--reference", ref2, "--work", work])
     c, rep = mfsdp("conform", ref2, os.path.join(work, "fsdp2"))
     check("FSDP2 at W = 2 through the Recorder is comparable (exit 0 or 1, not 2)", code == 0 and c in (0, 1), rep[-400:])
+    # The JSON report read by its documented keys, through the kit (verdict, first_difference, notes).
+    from mfsdp_kit import conform
+    r = conform(ref2, os.path.join(work, "fsdp2"))
+    check("the kit's conform reads the JSON report's verdict and first difference by name",
+          r.verdict == "differs" and r.first_divergence.startswith("step 1 params ") and r["notes"] == [],
+          f"{r.verdict}: {r.first_divergence}")
     ref4r = oracle(work, "oracle_w4_r2", 4, "--replicas", 2)
     ref4 = oracle(work, "oracle_w4", 4)
     code, out = torchrun(4, os.path.join(HERE, "kit_loops.py"), ["--mode", "hsdp", "--reference", ref4r, "--work", work])
