@@ -117,14 +117,14 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
                     if not torch.is_tensor(v):
                         continue
                     if k == 1:
-                        layout.setdefault(n, {})[key] = tuple(v.shape)
+                        layout.setdefault(n, {})[key] = tuple(v.shape)  # a DTensor's shape is the global one
+                    if not state:
+                        continue  # no gather (a collective for a DTensor) for state nobody compares
                     full = _full(v).detach().float().clone()
                     ref_shape = shapes.get(f"{n}.{names.get(key, key)}")
                     if ref_shape is not None and full.numel() == math.prod(ref_shape):
                         full = full.reshape(ref_shape)  # a flattened layout compares in the reference's
                     kept[f"{n}.{names.get(key, key)}"] = full
-        if not state:
-            kept = {}
         seconds.append(time.perf_counter() - t0)
         if writer:
             try:
