@@ -95,6 +95,24 @@ for spec in "heavyball==3.2.1" "opt-einsum==3.4.0"; do
   }
 done
 
+# Optional extras (MFSDP_EXTRAS, space-separated), kept out of the main set-up so it stays fast.
+# deepspeed: DeepSpeed 0.19.8 (an sdist, built here with its C++ ops off) and its pure-Python
+# dependencies, pinned, for regression.deepspeed_verdicts (label optional_peers).
+for extra in ${MFSDP_EXTRAS:-}; do
+  case "$extra" in
+    deepspeed)
+      "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('deepspeed') == '0.19.8'" 2>/dev/null || {
+        say "installing into $venv: deepspeed==0.19.8 and its dependencies"
+        "$venv/bin/pip" install -q "wheel==0.48.0" "einops==0.8.2" "hjson==3.1.0" "msgpack==1.2.4" "ninja==1.13.2" \
+          "psutil==7.2.2" "py-cpuinfo==9.0.0" "pydantic==2.14.4" "tqdm==4.70.1" "packaging==26.4" \
+          || die "pip could not install DeepSpeed's dependencies"
+        DS_BUILD_OPS=0 "$venv/bin/pip" install -q --no-build-isolation --no-deps "deepspeed==0.19.8" \
+          || die "pip could not build deepspeed==0.19.8; run: DS_BUILD_OPS=0 $venv/bin/pip install --no-build-isolation --no-deps deepspeed==0.19.8"
+      } ;;
+    *) die "MFSDP_EXTRAS: unknown extra '$extra' (known: deepspeed)" ;;
+  esac
+done
+
 # The covering-array generator the designed grid is made with (regression/grid/design.py; the
 # test grid.array_is_what_design_generates regenerates the committed array), pinned: pure Python.
 grid_gen="allpairspy==2.5.1"

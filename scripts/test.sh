@@ -3,7 +3,8 @@
 # slowest tests. Extra arguments go to ctest, e.g. `scripts/test.sh -L quick` for one label or
 # `-R Gloo` for a name pattern. Without a label or name selection, the labels kept outside CI are
 # left out: `exhaustive` (the hand-multiplied grids the designed array covers) and `fresh_seeds`
-# (property hunts on new seeds); ask for them with `-L exhaustive` or `-L fresh_seeds`.
+# (property hunts on new seeds) and `optional_peers` (verdicts needing an optional set-up, e.g.
+# MFSDP_EXTRAS=deepspeed); ask for them with `-L exhaustive`, `-L fresh_seeds` or `-L optional_peers`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MFSDP_BUILD_DIR:-$repo/build}

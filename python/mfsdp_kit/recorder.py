@@ -38,8 +38,33 @@ def _full(t):
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _global_shape(p):
-    return tuple(p.shape)  # a DTensor's shape is the global one
+class TorchGather:
+    """How the Recorder reads a parameter's full value, gradient, shape and optimizer state: from the
+    torch objects themselves (a DTensor gathered with full_tensor(), every rank taking part). A
+    framework that keeps them elsewhere (DeepSpeed's ZeRO partitions: mfsdp_kit.deepspeed_zero)
+    passes its own, with the same methods, as Recorder(gather=...)."""
+
+    def shape(self, p):
+        return tuple(p.shape)  # a DTensor's shape is the global one
+
+    def param(self, p):
+        return _full(p)
+
+    def grad(self, p):
+        return None if p.grad is None else _full(p.grad)
+
+    def state(self, p, optimizers):
+        """{key: tensor or number} of every optimizer's state of p (the same keys on every rank)."""
+        out = {}
+        for opt in optimizers:
+            st = opt.state.get(p) or {}
+            for key in sorted(st):
+                v = st[key]
+                if torch.is_tensor(v):
+                    out[key] = _full(v)
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[key] = v
+        return out
 
 
 def _mesh_of(params, world_size):
@@ -78,10 +103,13 @@ class Recorder:
                 vocabulary, see docs/conformance.md) or the reference's section is declared.
     world_size: only without torch.distributed: the W a single process stands for (its loss then
                 is the list of the W ranks' losses).
+    gather:     where full values, gradients and state are read (TorchGather by default; DeepSpeed's
+                ZeRO: mfsdp_kit.deepspeed_zero.ZeroGather(engine)).
     """
 
     def __init__(self, model, ref, directory, optimizers=(), grads=True, state=True, producer=None,
-                 optimizer_header=None, state_names=None, world_size=None, check_init=True):
+                 optimizer_header=None, state_names=None, world_size=None, check_init=True, gather=None):
+        self.gather = gather or TorchGather()
         self.dist = _dist()
         self.rank = self.dist.get_rank() if self.dist else 0
         self.world_size = self.dist.get_world_size() if self.dist else (world_size or 1)
@@ -123,10 +151,11 @@ class Recorder:
             return
         out = {}
         for n, p in self.named:
-            if p.grad is None:
+            g = self.gather.grad(p)
+            if g is None:
                 raise RecorderError(f"rank {self.rank}: parameter '{n}' has no gradient (call grads() after backward "
                                     "and before zero_grad)")
-            out[n] = _full(p.grad).clone()
+            out[n] = g.detach().clone()
         self._grads = out
 
     def step(self, loss, grad_norm=None):
@@ -180,8 +209,8 @@ class Recorder:
             if n not in ref.shapes:
                 raise RecorderError(f"rank {self.rank}: the model's parameter '{n}' is not the reference's (its names: "
                                     f"{', '.join(ref.param_names[:3])}, ...; wrappers' prefixes are ignored)")
-            if _global_shape(p) != ref.shapes[n]:
-                raise RecorderError(f"rank {self.rank}: parameter '{n}' has shape {list(_global_shape(p))}, the "
+            if self.gather.shape(p) != ref.shapes[n]:
+                raise RecorderError(f"rank {self.rank}: parameter '{n}' has shape {list(self.gather.shape(p))}, the "
                                     f"reference's is {list(ref.shapes[n])}")
         for n in ref.param_names:
             if n not in names:
@@ -196,22 +225,14 @@ class Recorder:
                                     "ref.model(), or pass check_init=False to record a run from another start)")
 
     def _params(self):
-        return {n: _full(p).clone() for n, p in self.named}
+        return {n: self.gather.param(p).detach().clone() for n, p in self.named}
 
     def _state(self):
         out = {}
         for n, p in self.named:  # model order on every rank: the gathers pair up
-            for opt in self.optimizers:
-                st = opt.state.get(p)
-                if not st:
-                    continue
-                for key in sorted(st):
-                    v = st[key]
-                    name = f"{n}.{self.state_names.get(key, key)}"
-                    if torch.is_tensor(v):
-                        out[name] = _full(v).clone()
-                    elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                        out[name] = torch.tensor(float(v), dtype=torch.float32)
+            for key, v in self.gather.state(p, self.optimizers).items():
+                name = f"{n}.{self.state_names.get(key, key)}"
+                out[name] = v.detach().clone() if torch.is_tensor(v) else torch.tensor(float(v), dtype=torch.float32)
         return out
 
     def _mean_loss(self, loss):

@@ -14,7 +14,8 @@ dumped too and compared where the reference keeps the same entry (a wrong moment
 momentum buffer at step 1, before Newton–Schulz can hide it). `state_names` maps the candidate's state keys to
 the reference's ({"momentum": "momentum_buffer"}); state a candidate keys otherwise starts empty.
 A step counter an optimizer keeps per param group (an int group["step"], as pytorch-optimizer's)
-is set to the k - 1 steps taken before step k.
+or per parameter as a Python number (state["step"], as DeepSpeed's inline AdamW) is set to the
+k - 1 steps taken before step k.
 """
 import json
 import math
@@ -71,7 +72,7 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
     _agree(dist, error)
     seconds = []
     names = dict(state_names or {})  # the candidate's state keys -> the reference's
-    group_counters = []
+    group_counters, param_counters = [], {}
     layout = {}  # the candidate's own state: {param: {key: shape}}, from its first step
     last = ref.state(ref.steps) if ref.dump.has(ref.steps, "state") else {}
     shapes = {key: tuple(t.shape) for key, t in last.items()}
@@ -91,16 +92,21 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
         # The reference's state after step k - 1, in the candidate's own layout (its keys and shapes,
         # learnt from its first step): an entry the reference does not keep, or keeps in another size,
         # is left to the candidate's own initialisation.
-        for opt in optimizers:
+        for i, opt in enumerate(optimizers):
             for group in opt.param_groups:
                 for p in group["params"]:
                     n = by_param.get(id(p))
+                    loaded = False
                     for theirs, shape in layout.get(n, {}).items():
                         t = ref_state.get(n, {}).get(names.get(theirs, theirs))
                         if t is None or t.numel() != math.prod(shape):
                             continue
                         t = t.reshape(shape).clone()
                         opt.state[p][theirs] = t if t.dim() == 0 or not place else place(f"{n}.{theirs}", t)
+                        loaded = True
+                    for key, kind in param_counters.get((i, n), {}).items():
+                        if loaded:  # a counter beside loaded state: k - 1 steps taken (an empty state starts afresh)
+                            opt.state[p][key] = kind(k - 1)
         for i, j in group_counters:  # a counter kept per param group: k - 1 steps taken before step k
             optimizers[i].param_groups[j]["step"] = k - 1
         for opt in optimizers:
@@ -108,6 +114,13 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
         if k == 1:  # pytorch-optimizer counts steps in group["step"] (0 before, 1 after the first)
             group_counters = [(i, j) for i, opt in enumerate(optimizers) for j, g in enumerate(opt.param_groups)
                               if type(g.get("step")) is int and g["step"] == 1]
+            # ... and DeepSpeed's inline AdamW in a Python int state["step"] per parameter
+            param_counters = {}
+            for i, opt in enumerate(optimizers):
+                for p, st in opt.state.items():
+                    for key, v in st.items():
+                        if type(v) in (int, float) and v == 1 and id(p) in by_param:
+                            param_counters.setdefault((i, by_param[id(p)]), {})[key] = type(v)
         after = {n: _full(p).clone() for n, p in named.items()}
         kept = {}
         for n, p in named.items():
