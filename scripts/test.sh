@@ -24,5 +24,11 @@ echo "test.sh: the 15 slowest tests:"
 (set +o pipefail
  grep -E '^ *[0-9]+/[0-9]+ Test +#[0-9]+: ' "$log" | sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: ([^ ]+).* ([0-9.]+) sec$/\2 \1/' |
    grep -E '^[0-9.]+ ' | sort -rn | head -15 | awk '{printf "  %8.1f s  %s\n", $1, $2}') || true
+# What each failed test said, in a few lines, next to the totals (a CI summary shows the log's tail):
+# its lines that name a failure, from the output ctest --output-on-failure printed after its result.
+awk '/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /{name=""; n=0; if ($0 ~ /\*\*\*|Failed|Not Run/) {name=$4}; next}
+     /^ +Start +[0-9]+: /{name=""; next}
+     name != "" && n < 8 && /FAIL|[Ff]ail|[Ee]rror|[Aa]bort|terminate|[Tt]imeout|Exception|not found/ {
+       print "test.sh: " name ": " substr($0, 1, 300); n++}' "$log"
 echo "test.sh: set-up and build $((t1 - t0)) s, suite $((t2 - t1)) s, total $((t2 - t0)) s; ctest exit $code"
 exit "$code"

@@ -104,8 +104,8 @@ def replay(ref, make_optimizers, directory=None, steps=None, place=None, state_n
                         t = t.reshape(shape).clone()
                         opt.state[p][theirs] = t if t.dim() == 0 or not place else place(f"{n}.{theirs}", t)
                         loaded = True
-                    for key, kind in param_counters.get((i, n), {}).items():
-                        if loaded:  # a counter beside loaded state: k - 1 steps taken (an empty state starts afresh)
+                    if loaded:  # a counter beside loaded state: k - 1 steps taken (an empty state starts afresh)
+                        for key, kind in param_counters.get((i, n), {}).items():
                             opt.state[p][key] = kind(k - 1)
         for i, j in group_counters:  # a counter kept per param group: k - 1 steps taken before step k
             optimizers[i].param_groups[j]["step"] = k - 1

@@ -9,6 +9,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed, torch.distributed as dist
 from mfsdp_kit import Recorder, Reference
 from mfsdp_kit.deepspeed_zero import ZeroGather
+from kit_test_util import say
 out, stage, refdir, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]  # mode: defaults | matched
 deepspeed.init_distributed("gloo")
 rank = dist.get_rank(); torch.set_num_threads(1)
@@ -38,5 +39,5 @@ with Recorder(engine.module, ref, out, grads=False, state=False, gather=ZeroGath
         engine.step()
         rec.step(loss)
 if rank == 0:
-    print("deepspeed_loop: muon-tagged " + ",".join(n for n, p in engine.module.named_parameters() if p.use_muon), flush=True)
+    say("deepspeed_loop: muon-tagged " + ",".join(n for n, p in engine.module.named_parameters() if p.use_muon))
 dist.barrier()  # the ranks leave together

@@ -14,9 +14,10 @@ Usage: python kit_check.py --mfsdp BUILD/mfsdp --work DIR [--quick]
 import argparse
 import os
 import re
-import socket
 import subprocess
 import sys
+
+from kit_test_util import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -27,23 +28,6 @@ results = []
 def check(name, ok, detail=""):
     results.append(ok)
     print(f"kit_check: {name}: {'ok' if ok else 'FAIL'}{(' (' + detail + ')') if detail else ''}", flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(world_size, script, args, timeout=600):
-    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    for attempt in range(3):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world_size), "--master-addr",
-               "127.0.0.1", "--master-port", str(free_port()), script] + [str(a) for a in args]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout)
-        if r.returncode == 0 or "address already in use" not in r.stdout.lower() or attempt == 2:
-            return r.returncode, r.stdout
-    raise AssertionError("unreachable")
 
 
 def mfsdp(*args):

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from mfsdp_kit import Recorder, RecorderError, Reference, TrajectoryWriter
 from mfsdp_kit.trajectory import DumpError
+from kit_test_util import say  # a line two ranks cannot glue
 
 
 def train(model, ref, rank, directory, optimizers, steps=None, finish=True):
@@ -68,10 +69,10 @@ def main():
                 f()
             except (RecorderError, DumpError) as e:
                 if not str(e).startswith("(rank 0"):
-                    print(f"kit_loops: refused: {case}: {e}", flush=True)
+                    say(f"kit_loops: refused: {case}: {e}")
                 return
             if rank == 0:
-                print(f"kit_loops: NOT refused: {case}", flush=True)
+                say(f"kit_loops: NOT refused: {case}")
 
         def renamed():
             model = ref.model()

@@ -14,6 +14,7 @@ import sys
 import torch
 
 from mfsdp_kit import Reference, replay
+from kit_test_util import say  # a line another rank cannot glue to
 
 # Each planted slip: torch.optim.Muon keyword arguments, and the first step where it can show.
 # From a zero state a wrong momentum or Nesterov off only rescales the first update, which
@@ -66,14 +67,14 @@ def main():
         names = [t["name"] for t in r.systematic(got)] if got else []
         if rank == 0:
             secs = ", ".join(f"{s['seconds']:.2f}" for s in r["steps"])
-            print(f"replay_slips: {plant}: first systematic step {got} (expected {first}); {len(names)} tensor(s) "
+            say(f"replay_slips: {plant}: first systematic step {got} (expected {first}); {len(names)} tensor(s) "
                   f"{', '.join(names[:3])}{' ...' if len(names) > 3 else ''}; seconds per step {secs}: "
                   f"{'ok' if ok else 'FAIL'}")
             if not ok:
                 print(r.text)
         passed, failed = passed + ok, failed + (not ok)
     if rank == 0:
-        print(f"replay_slips: {passed} passed, {failed} failed")
+        say(f"replay_slips: {passed} passed, {failed} failed")
     sys.stdout.flush()
     if a.fsdp2:
         import torch.distributed as dist
