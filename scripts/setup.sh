@@ -97,7 +97,8 @@ done
 
 # Optional extras (MFSDP_EXTRAS, space-separated), kept out of the main set-up so it stays fast.
 # deepspeed: DeepSpeed 0.19.8 (an sdist, built here with its C++ ops off) and its pure-Python
-# dependencies, pinned, for regression.deepspeed_verdicts (label optional_peers).
+# dependencies, pinned, for regression.deepspeed_verdicts; torchtitan: torchtitan 0.3.0's DistMuon,
+# for regression.torchtitan_verdicts (both label optional_peers).
 for extra in ${MFSDP_EXTRAS:-}; do
   case "$extra" in
     deepspeed)
@@ -109,7 +110,15 @@ for extra in ${MFSDP_EXTRAS:-}; do
         DS_BUILD_OPS=0 "$venv/bin/pip" install -q --no-build-isolation --no-deps "deepspeed==0.19.8" \
           || die "pip could not build deepspeed==0.19.8; run: DS_BUILD_OPS=0 $venv/bin/pip install --no-build-isolation --no-deps deepspeed==0.19.8"
       } ;;
-    *) die "MFSDP_EXTRAS: unknown extra '$extra' (known: deepspeed)" ;;
+    torchtitan)
+      # Its wheel and spmd_types without their dependencies (datasets, wandb, tensorboard, ...: a
+      # trainer's), and the one its import of flex_shard needs (tyro).
+      "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('torchtitan') == '0.3.0'" 2>/dev/null || {
+        say "installing into $venv: torchtitan==0.3.0, spmd_types==0.2.3 and tyro"
+        "$venv/bin/pip" install -q --no-deps "torchtitan==0.3.0" "spmd_types==0.2.3" "tyro==1.0.17" \
+          "docstring-parser==0.18.0" "typeguard==4.6.1" || die "pip could not install torchtitan==0.3.0"
+      } ;;
+    *) die "MFSDP_EXTRAS: unknown extra '$extra' (known: deepspeed, torchtitan)" ;;
   esac
 done
 

@@ -124,7 +124,13 @@ at::Tensor orthogonalize(const at::Tensor& grad, const MuonOptions& o) {
     for (int i = 0; i < steps; ++i) {
       const NsTriple t = ns_coefficients(v, i, torch_triple);
       const at::Tensor A = i == 0 && aol_gram.defined() ? aol_gram : gram(x);
-      if (v.spelling == NsSpelling::elementwise) {
+      if (v.spelling == NsSpelling::horner) {  // (c A + b I) A + a I, then times X
+        at::Tensor Y = A * t.c;
+        Y.diagonal(0, -2, -1).add_(t.b);
+        Y = product(Y, A);
+        Y.diagonal(0, -2, -1).add_(t.a);
+        x = product(Y, x);
+      } else if (v.spelling == NsSpelling::elementwise) {
         const at::Tensor B = A * t.b + product(A, A) * t.c;
         x = x * t.a + product(B, x);
       } else if (t.c == 0 && v.cubic_when_c_is_zero) {

@@ -125,6 +125,18 @@ std::vector<NsVariantInfo> make_variants() {
         {3.160399673686287, -2.149649518898498, 0.3996366907664389},
         {2.1910971618617303, -1.441662010214663, 0.328146487623155}},
        NI::repeat_last, 5, NN::add_in_fp32, 1.0, 1e-7, NsDtype::fp16, false, NS::gram, {2}, true, false},
+      // heavyball rounds its normalised input to bf16 stochastically (another rounding each run);
+      // here it is rounded to nearest, the one deterministic choice (docs/optimizers.md). It
+      // normalises before transposing a tall matrix (a view), which gives the same bits: the norm
+      // reduces in memory order either way (regression/optim_parity/check_ns.py compares outputs).
+      {NsVariant::heavyball, "heavyball", "heavyball 3.2.1 heavyball/utils.py zeropower_via_newtonschulz5",
+       "https://pypi.org/project/heavyball/3.2.1/",
+       {{4.0848, -6.8946, 2.9270},
+        {3.9505, -6.3029, 2.6377},
+        {3.7418, -5.5913, 2.3037},
+        {2.8769, -3.1427, 1.2046},
+        {2.8366, -3.0525, 1.2012}},
+       NI::repeat_last, 5, NN::clamp_in_fp32, 1.0, 1e-7, NsDtype::bf16, false, NS::horner, {}, false, false},
   };
 }
 

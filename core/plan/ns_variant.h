@@ -26,6 +26,7 @@ enum class NsVariant {
   deepseek_v4,                // DeepSeek-V4's hybrid (8 + 2 steps)
   gram_pyopt,                 // pytorch-optimizer 4.1.0 zero_power_via_gram_newton_schulz
   gram_dao,                   // Dao-AILab gram-newton-schulz
+  heavyball,                  // heavyball 3.2.1 zeropower_via_newtonschulz5 (its input rounded to nearest)
 };
 
 struct NsTriple {
@@ -49,6 +50,7 @@ enum class NsSpelling {
   addmm,        // B = addmm(A, A, A, beta=b, alpha=c); X = addmm(X, B, X, beta=a)
   elementwise,  // B = b*A + c*(A@A); X = a*X + B@X, each op rounded
   gram,         // Gram Newton–Schulz: iterate on R = X X^T and Q, restart at reset_steps, X <- Q X at the end
+  horner,       // Y = c*A; Y += b I; Y = Y@A; Y += a I; X = Y@X, each op rounded (heavyball)
 };
 
 enum class NsDtype { bf16, fp16 };

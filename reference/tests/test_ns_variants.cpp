@@ -83,6 +83,8 @@ TEST(NsVariants, TheCostModelCountsEachVariantsProducts) {
   EXPECT_EQ(ns_multiply_adds(ns_variant_info(NsVariant::torch), 5, 64, 256), 5 * s * s * (2 * l + s));
   EXPECT_EQ(ns_multiply_adds(ns_variant_info(NsVariant::torch), 5, 256, 64), 5 * s * s * (2 * l + s));
   EXPECT_EQ(ns_multiply_adds(ns_variant_info(NsVariant::aol), 4, 64, 256), 4 * s * s * (2 * l + s));
+  // heavyball's Horner form: X X^T, Y A and Y X, the same products.
+  EXPECT_EQ(ns_multiply_adds(ns_variant_info(NsVariant::heavyball), 5, 256, 64), 5 * s * s * (2 * l + s));
   // cubic5: c = 0, no A^2: X X^T and A X.
   EXPECT_EQ(ns_multiply_adds(ns_variant_info(NsVariant::cubic5_eo), 5, 64, 256), 5 * 2 * s * s * l);
   // Gram, 5 steps, restart at 2: R (s^2 l); step 0 Z, R twice (3 s^3); step 1 Z, Q (2 s^3; R skipped

@@ -38,7 +38,7 @@ FACTORS_DIFFERENTIAL = OrderedDict([
     # second and the optimizer in its old place; 201 with the variant last).
     ("ns_variant", ["torch", "simple-eo", "cubic5-eo", "polar-express-5", "polar-express-paper",  # Muon's Newton-
                     "polar-express-pyopt", "polar-express-safer-pyopt", "polar-express-eo", "aol",  # Schulz
-                    "deepseek-v4", "gram-pyopt", "gram-dao"]),
+                    "deepseek-v4", "gram-pyopt", "gram-dao", "heavyball"]),
     ("W", [3, 1, 2, 4, 5, 6, 7, 8]),
     ("optimizer", ["muon", "adamw", "shampoo", "soap", "normuon", "adamuon"]),
     ("mesh", ["flat", "r2", "s2", "rW"]),          # HSDP: R=2 / S=2 / R=W (S=1) replica groups

@@ -12,8 +12,10 @@ Usage: python check_ns.py DIR   (DIR written by ns_parity_dump; exit 1 when a ch
    wrong end); a variant with a fixed table runs every entry once, in order.
 3. Outputs. orthogonalize() of each dumped input against torch.optim.Muon's
    _zeropower_via_newtonschulz (the torch variant, 2-D) and pytorch-optimizer's
-   zero_power_via_newton_schulz_5 / zero_power_via_gram_newton_schulz called one matrix (or one
-   stack) at a time, bit for bit. It also reports, without failing, whether pytorch-optimizer's
+   zero_power_via_newton_schulz_5 / zero_power_via_gram_newton_schulz and heavyball 3.2.1's
+   zeropower_via_newtonschulz5 (its stochastic bf16 rounding replaced by rounding to nearest, the
+   one difference mfsdp's `heavyball` variant declares) called one matrix (or one stack) at a
+   time, bit for bit. It also reports, without failing, whether pytorch-optimizer's
    transpose-by-copy gives torch's transpose-by-view result (the GEMM path) on this machine.
 """
 import inspect
@@ -27,6 +29,7 @@ import torch
 from torch.optim._muon import _zeropower_via_newtonschulz
 from pytorch_optimizer.optimizer.muon.muon import Muon as PyoptMuon
 from pytorch_optimizer.optimizer.utils import matrix as pyopt
+import heavyball.utils as heavyball_utils
 
 torch.set_num_threads(1)
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ns_sources")
@@ -83,7 +86,9 @@ def sources():
     dao_factor = float(re.search(r"safety_factor\s*=\s*(" + TRIPLE + ")", dao["safety_factor"]).group(1))
     torch_default = tuple(inspect.signature(torch.optim.Muon.__init__).parameters["ns_coefficients"].default)
     pyopt_rule = lambda t, s: [pyopt.get_newton_schulz_weights(t)[min(i, len(t) - 1)] for i in range(s)]
+    heavyball_ns = inspect.getsource(heavyball_utils.zeropower_via_newtonschulz5.__wrapped__)
     return {
+        "heavyball": (tuples(heavyball_ns), None, "heavyball.utils.zeropower_via_newtonschulz5 (its source, read here)"),
         "torch": ([], lambda t, s: [torch_default] * s, "torch.optim.Muon default ns_coefficients"),
         "simple-eo": (tuples(eo["simple"]), cycled, "ns_sources/emerging_optimizers.txt [simple]"),
         "cubic5-eo": (tuples(eo["cubic5"]), None, "ns_sources/emerging_optimizers.txt [cubic5]"),
@@ -164,6 +169,13 @@ def theirs_for(variant, g, steps):
         return pyopt.zero_power_via_newton_schulz_5(g, num_steps=steps, weights="polar_express_safer")
     if variant == "gram-pyopt":
         return pyopt.zero_power_via_gram_newton_schulz(g, num_steps=steps, weights="original")
+    if variant == "heavyball":
+        rounding = heavyball_utils.stochastic_round_
+        heavyball_utils.stochastic_round_ = lambda ref, source=None: (ref if source is None else source).to(torch.bfloat16)
+        try:
+            return heavyball_utils.zeropower_via_newtonschulz5.__wrapped__(g, steps)
+        finally:
+            heavyball_utils.stochastic_round_ = rounding
     raise KeyError(variant)
 
 
@@ -186,7 +198,7 @@ def check_outputs(d, fail):
             byc = pyopt.zero_power_via_newton_schulz_5(g.clone(), num_steps=c["steps"], weights="original").float()
             copy_vs_view[0] += torch.equal(byc.contiguous().view(torch.int32), theirs.contiguous().view(torch.int32))
             copy_vs_view[1] += 1
-    print(f"outputs: {equal} of {len(cases)} bitwise equal to torch / pytorch-optimizer")
+    print(f"outputs: {equal} of {len(cases)} bitwise equal to torch / pytorch-optimizer / heavyball")
     print(f"finding: pytorch-optimizer's transpose-by-copy equals torch's transpose-by-view bit for bit in "
           f"{copy_vs_view[0]} of {copy_vs_view[1]} 2-D cases on this machine")
 

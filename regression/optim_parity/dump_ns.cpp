@@ -61,7 +61,8 @@ int main(int argc, char** argv) {
                               {NsVariant::gram_pyopt, 5},
                               {NsVariant::gram_pyopt, 2},
                               {NsVariant::gram_pyopt, 3},
-                              {NsVariant::gram_pyopt, 7}};
+                              {NsVariant::gram_pyopt, 7},
+                              {NsVariant::heavyball, 5}};
   const std::vector<std::vector<int64_t>> shapes{{32, 32}, {48, 16}, {16, 48}, {64, 192}, {192, 64}, {7, 13},
                                                  {1, 40},  {3, 24, 40}, {3, 40, 24}, {4, 16, 16}};
   at::Generator gen = make_shared_generator(4242);
