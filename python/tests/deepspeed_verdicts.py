@@ -5,20 +5,14 @@ Usage: python deepspeed_verdicts.py --work DIR   (prints "deepspeed_verdicts: N 
 """
 import argparse
 import os
-import sys
 
 import torch
 
 from mfsdp_kit import Dump, Reference, conform, replay
-from kit_test_util import torchrun
+from kit_test_util import Checks, require, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-results = []
-
-
-def check(name, ok, detail=""):
-    results.append(ok)
-    print(f"deepspeed_verdicts: {name}: {'ok' if ok else 'FAIL'}{(' (' + detail[-400:] + ')') if detail else ''}", flush=True)
+check = Checks("deepspeed_verdicts", 400)
 
 
 def deepspeed_muon(ref, named):
@@ -49,14 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    try:
-        import importlib.metadata as md
-        version = md.version("deepspeed")
-    except Exception:  # noqa: BLE001
-        version = None
-    if version != "0.19.8":
-        print(f"deepspeed_verdicts: deepspeed 0.19.8 is not installed ({version}); run MFSDP_EXTRAS=deepspeed bash scripts/setup.sh")
-        sys.exit(1)
+    require("deepspeed_verdicts", "deepspeed", "0.19.8", "deepspeed")
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     torch.set_num_threads(1)
     ref = Reference.train(f"{a.work}/oracle", world_size=2, steps=3)
@@ -94,8 +81,7 @@ def main():
     ratio = update_ratio(oracle, runs[(2, "matched")][0], runs[(2, "defaults")][0], "layers.0.attn.q.weight")
     check("defaults: gradient_clipping 1.0 clips ZeRO's orthogonalised updates (step-1 Muon update < 0.1 x matched)",
           ratio < 0.1, f"ratio {ratio:.4f}")
-    print(f"deepspeed_verdicts: {sum(results)} passed, {len(results) - sum(results)} failed")
-    sys.exit(0 if all(results) else 1)
+    check.finish()
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import sys
 
 
 def say(line):
+    sys.stdout.flush()  # what print() buffered goes first
     os.write(1, (line + "\n").encode())
 
 
@@ -33,3 +34,33 @@ def torchrun(world_size, script, args, env=None, timeout=600, attempts=3):
         if r.returncode == 0 or "address already in use" not in r.stdout.lower() or attempt == attempts - 1:
             return r.returncode, r.stdout
     raise AssertionError("unreachable")
+
+
+class Checks:
+    """A driver's checks, each printed as "<prefix>: <name>: ok" or ": FAIL (detail)"; finish() prints
+    "<prefix>: N passed, M failed" (what the ctest's PASS_REGULAR_EXPRESSION reads) and exits."""
+
+    def __init__(self, prefix, detail_chars=600):
+        self.prefix, self.detail_chars, self.results = prefix, detail_chars, []
+
+    def __call__(self, name, ok, detail=""):
+        self.results.append(bool(ok))
+        detail = f" ({detail[-self.detail_chars:]})" if detail else ""
+        say(f"{self.prefix}: {name}: {'ok' if ok else 'FAIL'}{detail}")
+
+    def finish(self):
+        passed = sum(self.results)
+        say(f"{self.prefix}: {passed} passed, {len(self.results) - passed} failed")
+        sys.exit(0 if all(self.results) else 1)
+
+
+def require(prefix, package, version, extra):
+    """Exits naming the optional set-up unless `package` is installed at `version`."""
+    import importlib.metadata as md
+    try:
+        found = md.version(package)
+    except md.PackageNotFoundError:
+        found = None
+    if found != version:
+        say(f"{prefix}: {package} {version} is not installed ({found}); run MFSDP_EXTRAS={extra} bash scripts/setup.sh")
+        sys.exit(1)

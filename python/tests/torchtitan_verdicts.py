@@ -11,30 +11,18 @@ import sys
 
 import torch
 
-from kit_test_util import torchrun
+from kit_test_util import Checks, require, torchrun
 from mfsdp_kit import Reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-results = []
-
-
-def check(name, ok, detail=""):
-    results.append(ok)
-    print(f"torchtitan_verdicts: {name}: {'ok' if ok else 'FAIL'}{(' (' + detail[-600:] + ')') if detail else ''}", flush=True)
+check = Checks("torchtitan_verdicts", 600)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
-    try:
-        import importlib.metadata as md
-        version = md.version("torchtitan")
-    except Exception:  # noqa: BLE001
-        version = None
-    if version != "0.3.0":
-        print(f"torchtitan_verdicts: torchtitan 0.3.0 is not installed ({version}); run MFSDP_EXTRAS=torchtitan bash scripts/setup.sh")
-        sys.exit(1)
+    require("torchtitan_verdicts", "torchtitan", "0.3.0", "torchtitan")
     if torch.cuda.is_available():
         print("torchtitan_verdicts: CUDA is available here: these are the CPU findings; run DistMuon on the GPU for its verdict")
         sys.exit(1)
@@ -51,8 +39,7 @@ def main():
     code, said = found["cuda_check_patched"]
     check("its CUDA check patched out: the constructor builds a CUDA-style stream (torch.cpu.Stream takes no device)",
           code == 0 and said.startswith("TypeError: ") and "unexpected keyword argument 'device'" in said, said)
-    print(f"torchtitan_verdicts: {sum(results)} passed, {len(results) - sum(results)} failed")
-    sys.exit(0 if all(results) else 1)
+    check.finish()
 
 
 if __name__ == "__main__":
