@@ -80,6 +80,12 @@ TEST(QkClipRule, BadSettingsAreRefusedNamingTheFlag) {
   const TransformerConfig m = model_with(4);
   for (double tau : {0.0, -1.0, std::nan(""), std::numeric_limits<double>::infinity()})
     EXPECT_NE(said(tau, OptimizerKind::muon, m).find("--qk-clip-tau must be a finite number > 0"), std::string::npos) << tau;
+  // Checked in double, applied in float32: what float32 rounds to 0, a subnormal or infinity is refused.
+  for (double tau : {1e-320, 1e-44, 1e-39, 1e39, 3.5e38})
+    EXPECT_NE(said(tau, OptimizerKind::muon, m).find("--qk-clip-tau is applied in float32"), std::string::npos) << tau;
+  for (double tau : {static_cast<double>(std::numeric_limits<float>::min()), 1e-30, 1e30,
+                     static_cast<double>(std::numeric_limits<float>::max())})
+    EXPECT_EQ(said(tau, OptimizerKind::muon, m), "") << tau;
   for (OptimizerKind k : {OptimizerKind::adamw, OptimizerKind::shampoo, OptimizerKind::soap})
     EXPECT_NE(said(1.0, k, m).find("has no QK-clip rule"), std::string::npos) << to_string(k);
   for (OptimizerKind k : {OptimizerKind::muon, OptimizerKind::normuon, OptimizerKind::adamuon}) EXPECT_EQ(said(1.0, k, m), "");

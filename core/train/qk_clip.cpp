@@ -21,6 +21,11 @@ namespace mfsdp {
 
 void check_qk_clip(double tau, OptimizerKind optimizer, const TransformerConfig& model) {
   TORCH_CHECK(std::isfinite(tau) && tau > 0, "--qk-clip-tau must be a finite number > 0, got ", tau);
+  // The clip computes sqrt(tau / max(S, tau)) in float32: a tau that float32 rounds to 0 (or to a
+  // subnormal, whose reciprocal overflows) or to infinity would zero or NaN every q/k weight.
+  TORCH_CHECK(tau >= std::numeric_limits<float>::min() && tau <= std::numeric_limits<float>::max(),
+              "--qk-clip-tau is applied in float32, so it must lie in [", std::numeric_limits<float>::min(), ", ",
+              std::numeric_limits<float>::max(), "] (a normal float32 number), got ", tau);
   TORCH_CHECK(uses_newton_schulz(optimizer), "--qk-clip-tau: optimizer ", to_string(optimizer),
               " has no QK-clip rule (MuonClip's is for the Muon family: muon, normuon, adamuon)");
   TORCH_CHECK(model.kv_lora_rank == 0 && !model.qk_norm, "--qk-clip-tau: model ", model.name,
