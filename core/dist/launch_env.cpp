@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -63,6 +65,12 @@ std::optional<LaunchEnv> read_launch_env(const Vars& vars) {
     env.local_rank = env.rank;
   }
   env.master_addr = require(vars, "MASTER_ADDR", "the address of the TCP store (rank 0's host)");
+  // A blank or spaced value passed the set-or-not test, and rank 0 then waited out the whole
+  // timeout for peers that could not dial it: no host name or address holds whitespace.
+  const bool spaced = std::any_of(env.master_addr.begin(), env.master_addr.end(),
+                                  [](unsigned char c) { return std::isspace(c) || std::iscntrl(c); });
+  TORCH_CHECK(!spaced, "launch environment: MASTER_ADDR='", env.master_addr,
+              "' is not a host name or address (it holds whitespace or a control character)");
   env.master_port = static_cast<std::uint16_t>(
       parse_int("MASTER_PORT", require(vars, "MASTER_PORT", "the TCP store's port"), 1, 65535));
   if (const std::string* agent = find(vars, "TORCHELASTIC_USE_AGENT_STORE")) {

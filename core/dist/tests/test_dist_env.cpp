@@ -63,6 +63,11 @@ TEST(LaunchEnv, ErrorsNameTheVariable) {
   EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "70000"}})
                 .find("MASTER_PORT='70000'"),
             std::string::npos);
+  for (const char* addr : {" ", "  ", "\t", "127.0.0.1 ", " localhost", "local host", "a\nb"})
+    EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", addr}, {"MASTER_PORT", "1"}})
+                  .find("is not a host name or address"),
+              std::string::npos)
+        << "'" << addr << "'";
   EXPECT_NE(error_of({{"SLURM_PROCID", "0"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}})
                 .find("SLURM_NTASKS is not set"),
             std::string::npos);
