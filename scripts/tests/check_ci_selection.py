@@ -16,6 +16,7 @@ without the labels exhaustive, fresh_seeds or optional_peers), the counts the do
 usage: check_ci_selection.py BUILD_DIR GRID_ARRAY RUNTIME_ARRAY
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -61,6 +62,25 @@ def main():
         expect(f"{name} in CI", name in in_ci, True)
     for name in ("regression.kill_loop_50", "fuzz.checkpoint_readers_asan_40000"):
         expect(f"{name} outside CI", name in outside, True)
+    # The suites docs/testing.md and docs/conformance.md call quick, by their test binary: every test
+    # of each carries the label and its binary's TIMEOUT (a list passed as gtest_discover_tests(...
+    # LABELS "a;quick" TIMEOUT t) kept only its first word and lost the TIMEOUT).
+    binary_of, timeout_of = {}, {}
+    for t in json.loads(out)["tests"]:
+        name = t["name"].split("  #")[0]
+        binary_of[name] = os.path.basename(t.get("command", [""])[0])
+        timeout_of[name] = next((p["value"] for p in t.get("properties", []) if p["name"] == "TIMEOUT"), None)
+    for binary, timeout in (("conform_tests", 300), ("collective_record_tests", 300), ("group_stress_tests", 120)):
+        named = [n for n, _ in tests if binary_of[n] == binary]
+        if not named:
+            problems.append(f"no test runs {binary} (the docs call its tests quick)")
+        for n, l in tests:
+            if binary_of[n] != binary:
+                continue
+            if "quick" not in l:
+                problems.append(f"{n} ({binary}) is not labelled quick, which the docs say it is")
+            if timeout_of[n] != timeout:
+                problems.append(f"{n} ({binary}) has TIMEOUT {timeout_of[n]}, its CMakeLists gives {timeout}")
     for n, l in tests:
         if "quick" in l and l & OUTSIDE_CI:
             problems.append(f"{n} is labelled quick but is left out of CI ({', '.join(sorted(l))})")
