@@ -20,8 +20,8 @@ from mfsdp_kit.trajectory import DumpError
 from kit_test_util import say  # a line two ranks cannot glue
 
 
-def train(model, ref, rank, directory, optimizers, steps=None, finish=True):
-    rec = Recorder(model, ref, directory, optimizers)
+def train(model, ref, rank, directory, optimizers, steps=None, finish=True, state=True):
+    rec = Recorder(model, ref, directory, optimizers, state=state)
     for step in range(1, (steps or ref.steps) + 1):
         loss = model(*ref.batch(step, rank))
         loss.backward()

@@ -15,7 +15,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from kit_test_util import say
-from mfsdp_kit import Recorder, Reference
+from kit_loops import train
+from mfsdp_kit import Reference
 
 out, refdir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 from torchtitan.distributed.flex_shard import BucketConfig, ComputeLayout, Owned, build_dist_muon  # noqa: E402
@@ -39,15 +40,7 @@ try:
                            compute_sharding_by_fqn={n: ComputeLayout(shardings_by_mesh_axis={"dp_shard": Owned()}) for n in matrices},
                            bucket_configs=[BucketConfig(patterns=("*",))], **ref.muon_kwargs())
     adamw = torch.optim.AdamW([p for n, p in named.items() if n not in ref.matrix_names], **ref.adamw_kwargs())
-    with Recorder(model, ref, out, [muon, adamw], state=False) as rec:
-        for step in range(1, ref.steps + 1):
-            loss = model(*ref.batch(step, rank))
-            loss.backward()
-            rec.grads()
-            for opt in (muon, adamw):
-                opt.step()
-                opt.zero_grad()
-            rec.step(loss)
+    train(model, ref, rank, out, [muon, adamw], state=False)  # the loop kit_check drives
     result = "ran"
 except Exception as e:  # noqa: BLE001  (the finding: what it raises, on every rank alike)
     result = f"{type(e).__name__}: {e}"
