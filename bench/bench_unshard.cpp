@@ -1,9 +1,16 @@
-// Unshard strategies side by side, ranks as threads over Gloo: one broadcast per non-empty
-// segment vs one all-gather of the even-shard prefixes plus broadcasts of owned remainders.
+// Unshard strategies side by side, ranks as threads over Gloo, on the owner plan of the peers'
+// two sizes (peers/side_by_side.py: tiny, hidden 64; h512, hidden 512, 8 heads, intermediate
+// 1024; 2 blocks, vocabulary 256):
+//   per_segment     one broadcast per non-empty segment, each a collective of its own
+//   grouped         the same broadcasts as one group per unit (Communicator::group)
+//   allgather_even  the even tail's prefixes in one all-gather, the owned remainders as one group
+//   even_layout     the same model planned as FSDP2 lays it out (every parameter even-sharded):
+//                   one all-gather per unit, the baseline a group is measured against
 // Each iteration unshards and reshards every unit of the model once on every rank; the time is
-// rank 0's. Counters: calls and bytes received per rank per iteration (from the communicator).
+// rank 0's. Counters: calls and bytes received per rank per iteration (from the communicator),
+// and ms per unit (the iteration's median over the units).
 //
-//   build/bench/bench_unshard --benchmark_filter=W:4
+//   build/bench/bench_unshard --benchmark_filter=BM_Unshard/W:4
 #include "core/dist/communicator.h"
 #include "core/train/model.h"
 #include "core/plan/planner.h"
@@ -21,7 +28,20 @@ namespace {
 
 constexpr int kIterations = 20;
 
-// The benchmarked model: 4 blocks of width `hidden`, MLP 4x wide.
+// The peers' sizes (peers/side_by_side.py), 0 = tiny, 1 = h512.
+ModelSpec peer_model(int size) {
+  TransformerConfig config = preset_config("tiny");
+  if (size == 1) {
+    config.hidden = 512;
+    config.heads = 8;
+    config.intermediate = 1024;
+  }
+  config.layers = 2;
+  config.vocab = 256;
+  return transformer_spec(config);
+}
+
+// The benchmarked model of BM_Layout: 4 blocks of width `hidden`, MLP 4x wide.
 ModelSpec bench_model(int64_t hidden, int64_t vocab) {
   TransformerConfig config = preset_config("tiny");
   config.hidden = hidden;
@@ -31,12 +51,19 @@ ModelSpec bench_model(int64_t hidden, int64_t vocab) {
   return transformer_spec(config);
 }
 
+const char* const kStrategyNames[] = {"per_segment", "grouped", "allgather_even", "even_layout"};
+
 void BM_Unshard(benchmark::State& state) {
   const int W = static_cast<int>(state.range(0));
-  const auto strategy = state.range(1) == 0 ? UnshardStrategy::broadcast : UnshardStrategy::allgather_even;
-  const int64_t hidden = state.range(2);
-  const ModelSpec spec = bench_model(hidden, /*vocab=*/4096);
-  const OwnershipPlan plan = make_plan(spec, W, PlannerOptions{});
+  const int which = static_cast<int>(state.range(1));
+  const UnshardStrategy strategy = which == 0   ? UnshardStrategy::per_segment
+                                   : which == 1 ? UnshardStrategy::broadcast
+                                                : UnshardStrategy::allgather_even;
+  const ModelSpec spec = peer_model(static_cast<int>(state.range(2)));
+  PlannerOptions options;
+  if (which == 3) options.rules = {{"*", Role::even_shard}};
+  const OwnershipPlan plan = make_plan(spec, W, options);
+  const int units_n = static_cast<int>(plan.units().size());
   std::vector<double> seconds;
   PhaseCounters rank0;
   RanksOptions ranks;
@@ -44,8 +71,7 @@ void BM_Unshard(benchmark::State& state) {
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
     Communicator comm(ctx.backend);
     std::vector<std::unique_ptr<Unit>> units;
-    for (int u = 0; u < static_cast<int>(plan.units().size()); ++u)
-      units.push_back(std::make_unique<Unit>(plan, u, comm, at::kCPU, strategy));
+    for (int u = 0; u < units_n; ++u) units.push_back(std::make_unique<Unit>(plan, u, comm, at::kCPU, strategy));
     for (int it = -2; it < kIterations; ++it) {  // two warm-up rounds
       ctx.backend->barrier()->wait();
       if (it == 0) comm.reset_counters();
@@ -61,14 +87,19 @@ void BM_Unshard(benchmark::State& state) {
   });
   size_t i = 0;
   for (auto _ : state) state.SetIterationTime(seconds[i++ % seconds.size()]);
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
   state.counters["calls"] = static_cast<double>(rank0.calls) / kIterations;
+  state.counters["parts"] = static_cast<double>(rank0.parts) / kIterations;
   state.counters["recv_bytes"] = static_cast<double>(rank0.bytes_recv) / kIterations;
-  state.SetLabel(std::string(to_string(strategy)) + " W=" + std::to_string(W) + " hidden=" + std::to_string(hidden));
+  state.counters["ms_per_unit"] = 1e3 * sorted[sorted.size() / 2] / units_n;
+  state.SetLabel(std::string(kStrategyNames[which]) + " W=" + std::to_string(W) + " " + (state.range(2) ? "h512" : "tiny") +
+                 " units=" + std::to_string(units_n));
 }
 
 BENCHMARK(BM_Unshard)
-    ->ArgNames({"W", "strategy", "hidden"})
-    ->ArgsProduct({{2, 4, 8}, {0, 1}, {128, 512}})
+    ->ArgNames({"W", "strategy", "size"})
+    ->ArgsProduct({{2, 4, 8}, {0, 1, 2, 3}, {0, 1}})
     ->UseManualTime()
     ->Iterations(kIterations)
     ->Unit(benchmark::kMillisecond);

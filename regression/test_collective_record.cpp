@@ -8,7 +8,11 @@
 //  - prefetch, read from the order of the backend's log: unit u+1's unshard is issued before unit
 //    u's forward compute begins, backward revives units in reverse order with unit u-1's revive
 //    issued before unit u's backward compute — and without prefetch neither holds, so the check
-//    tells the two apart.
+//    tells the two apart;
+//  - groups, read from the same log: owner placement's forward and backward issue at most one
+//    collective per unit and direction (a group's parts share its id), plus the even tails, at
+//    W = 3 and 5 with and without prefetch, in both reduce modes and both grouped unshard
+//    strategies; one broadcast per segment breaks the bound, so the check tells the two apart.
 #include "core/dist/ranks.h"
 #include "core/dist/recording_backend.h"
 #include "harness/placements.h"
@@ -274,6 +278,99 @@ TEST(Prefetch, WithoutPrefetchTheSameCheckFails) {
     EXPECT_NE(all.find("unit 1's unshard was issued after unit 0's forward began"), std::string::npos) << "rank " << r << ":\n" << all;
     EXPECT_NE(all.find("unit 0's revive was issued after unit 1's backward began"), std::string::npos) << "rank " << r << ":\n" << all;
   }
+}
+
+// ---- Groups, from the log ---------------------------------------------------------------------
+
+struct GroupCase {
+  std::string name;
+  UnshardStrategy unshard = UnshardStrategy::broadcast;
+  ReduceMode reduce = ReduceMode::deterministic;
+  bool prefetch = false;
+};
+
+// Collectives per unit in one rank's log of a one-step run, by phase: a group (its parts share an
+// id) counts once.
+struct UnitCollectives {
+  std::map<int, int> unshard, reduce;
+  int parts = 0;  // collectives inside groups
+};
+
+UnitCollectives unit_collectives(const std::vector<BackendEvent>& log) {
+  UnitCollectives out;
+  std::map<int, int> last_group;  // unit -> the group id counted last
+  for (const BackendEvent& e : log) {
+    if (!e.collective || e.unit < 0 || (e.phase != Phase::unshard && e.phase != Phase::grad_reduce)) continue;
+    if (e.group >= 0) ++out.parts;
+    if (e.group >= 0 && last_group.count(e.unit) && last_group[e.unit] == e.group) continue;
+    if (e.group >= 0) last_group[e.unit] = e.group;
+    ++(e.phase == Phase::unshard ? out.unshard : out.reduce)[e.unit];
+  }
+  return out;
+}
+
+// The problems of one rank's log against the bound: per unit, one collective for its forward
+// unshard and one for its backward revive, plus one each for the even tail's all-gather under
+// allgather_even; one for its gradient reduction, plus the tail's reduce-scatter in fast mode.
+std::vector<std::string> group_problems(const GroupCase& k, int units, const UnitCollectives& c) {
+  std::vector<std::string> out;
+  const int unshard_bound = k.unshard == UnshardStrategy::allgather_even ? 4 : 2;
+  const int reduce_bound = k.reduce == ReduceMode::fast ? 2 : 1;
+  for (int u = 0; u < units; ++u) {
+    const int a = c.unshard.count(u) ? c.unshard.at(u) : 0, b = c.reduce.count(u) ? c.reduce.at(u) : 0;
+    if (a > unshard_bound)
+      out.push_back("unit " + std::to_string(u) + ": " + std::to_string(a) + " unshard collectives (at most " +
+                    std::to_string(unshard_bound) + ")");
+    if (b > reduce_bound)
+      out.push_back("unit " + std::to_string(u) + ": " + std::to_string(b) + " gradient-reduction collectives (at most " +
+                    std::to_string(reduce_bound) + ")");
+    if (b == 0) out.push_back("unit " + std::to_string(u) + ": no gradient reduction");
+  }
+  return out;
+}
+
+std::vector<std::string> group_run(const GroupCase& k, int W) {
+  TrainConfig c = small_config(Placement::owner);
+  c.steps = 1;
+  c.runtime.unshard = k.unshard;
+  c.runtime.reduce = k.reduce;
+  c.runtime.prefetch = k.prefetch;
+  const int units = TransformerModel(c.model).num_units();
+  std::mutex mutex;
+  std::vector<std::string> problems;
+  RanksOptions ranks;
+  ranks.world_size = W;
+  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
+    RecordingBackend& backend = *recording(ctx.backend);
+    backend.record_events(true);
+    train_placement(ctx, c);
+    backend.record_events(false);
+    const UnitCollectives counted = unit_collectives(backend.events());
+    std::vector<std::string> mine = group_problems(k, units, counted);
+    if (k.unshard != UnshardStrategy::per_segment && counted.parts == 0) mine.push_back("no collective was part of a group");
+    std::lock_guard<std::mutex> lock(mutex);
+    for (const std::string& p : mine) problems.push_back(k.name + " at W=" + std::to_string(W) + ", rank " + std::to_string(ctx.rank) + ": " + p);
+  });
+  return problems;
+}
+
+TEST(Groups, OwnerForwardAndBackwardIssueOneCollectivePerUnitAndDirectionPlusTheEvenTails) {
+  const std::vector<GroupCase> cases{{"broadcast"},
+                                     {"broadcast --prefetch", UnshardStrategy::broadcast, ReduceMode::deterministic, true},
+                                     {"broadcast --fast", UnshardStrategy::broadcast, ReduceMode::fast},
+                                     {"allgather_even --fast --prefetch", UnshardStrategy::allgather_even, ReduceMode::fast, true},
+                                     {"allgather_even", UnshardStrategy::allgather_even}};
+  for (int W : {3, 5})
+    for (const GroupCase& k : cases)
+      for (const std::string& p : group_run(k, W)) ADD_FAILURE() << p;
+}
+
+// The control: one broadcast per segment, each a collective of its own, breaks the bound.
+TEST(Groups, OneBroadcastPerSegmentBreaksTheBound) {
+  const std::vector<std::string> problems = group_run({"per_segment", UnshardStrategy::per_segment}, 3);
+  std::string all;
+  for (const std::string& p : problems) all += p + "\n";
+  EXPECT_NE(all.find("unshard collectives (at most 2)"), std::string::npos) << all;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
 
+#include <functional>
 #include <sstream>
 
 namespace mfsdp {
@@ -19,6 +20,7 @@ PhaseCounters Communicator::total() const {
   PhaseCounters t;
   for (const auto& c : counters_) {
     t.calls += c.calls;
+    t.parts += c.parts;
     t.bytes_sent += c.bytes_sent;
     t.bytes_recv += c.bytes_recv;
   }
@@ -33,7 +35,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::broadcast(at::Tensor& tensor, int r
   require_contiguous(tensor, "broadcast");
   const int64_t n = tensor.nbytes();
   auto& c = current();
-  ++c.calls;
+  count_call(c);
   if (rank_ == root) c.bytes_sent += n * (world_size_ - 1);
   else c.bytes_recv += n;
   std::vector<at::Tensor> ts{tensor};
@@ -46,7 +48,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::reduce_sum(at::Tensor& tensor, int 
   require_contiguous(tensor, "reduce");
   const int64_t n = tensor.nbytes();
   auto& c = current();
-  ++c.calls;
+  count_call(c);
   if (rank_ == root) c.bytes_recv += n * (world_size_ - 1);
   else c.bytes_sent += n;
   std::vector<at::Tensor> ts{tensor};
@@ -59,7 +61,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::reduce_sum(at::Tensor& tensor, int 
 c10::intrusive_ptr<c10d::Work> Communicator::allreduce(at::Tensor& tensor, c10d::ReduceOp::RedOpType op) {
   require_contiguous(tensor, "allreduce");
   auto& c = current();
-  ++c.calls;
+  count_call(c);
   c.bytes_sent += tensor.nbytes() * (world_size_ - 1);
   c.bytes_recv += tensor.nbytes() * (world_size_ - 1);
   std::vector<at::Tensor> ts{tensor};
@@ -76,7 +78,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allgather(at::Tensor& output, at::T
   require_contiguous(output, "allgather");
   require_contiguous(input, "allgather");
   auto& c = current();
-  ++c.calls;
+  count_call(c);
   c.bytes_sent += input.nbytes() * (world_size_ - 1);
   c.bytes_recv += input.nbytes() * (world_size_ - 1);
   return backend_->_allgather_base(output, input);
@@ -88,7 +90,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::reduce_scatter_sum(at::Tensor& outp
   TORCH_CHECK(input.numel() == output.numel() * world_size_, "communicator: rank ", rank_, ": reduce_scatter input has ",
               input.numel(), " elements, expected world size x ", output.numel());
   auto& c = current();
-  ++c.calls;
+  count_call(c);
   c.bytes_sent += output.nbytes() * (world_size_ - 1);  // every chunk but its own leaves the rank
   c.bytes_recv += output.nbytes() * (world_size_ - 1);
   c10d::ReduceScatterOptions o;
@@ -104,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::alltoall(at::Tensor& output, at::Te
   const int64_t row_bytes_in = input.dim() == 0 || input.size(0) == 0 ? 0 : input.nbytes() / input.size(0);
   const int64_t row_bytes_out = output.dim() == 0 || output.size(0) == 0 ? 0 : output.nbytes() / output.size(0);
   auto& c = current();
-  ++c.calls;
+  count_call(c);
   for (int p = 0; p < world_size_; ++p) {
     if (p == rank_) continue;
     c.bytes_sent += input_splits[p] * row_bytes_in;
@@ -113,7 +115,30 @@ c10::intrusive_ptr<c10d::Work> Communicator::alltoall(at::Tensor& output, at::Te
   return backend_->alltoall_base(output, input, output_splits, input_splits);
 }
 
+void Communicator::count_call(PhaseCounters& c) {
+  if (!grouping_ || group_parts_++ == 0) ++c.calls;  // a group counts once, at its first part
+  if (grouping_) ++c.parts;
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::group(const std::function<void()>& issue) {
+  TORCH_CHECK(!grouping_, "communicator: rank ", rank_, ": a group of collectives opened inside another");
+  backend_->startCoalescing();
+  grouping_ = true;
+  group_parts_ = 0;
+  try {
+    issue();
+  } catch (...) {
+    grouping_ = false;
+    backend_->endCoalescing();  // the backend leaves its group; what was issued completes or fails there
+    throw;
+  }
+  grouping_ = false;
+  c10::intrusive_ptr<c10d::Work> work = backend_->endCoalescing();
+  return group_parts_ == 0 ? c10::intrusive_ptr<c10d::Work>() : work;
+}
+
 void Communicator::barrier() {
+  TORCH_CHECK(!grouping_, "communicator: rank ", rank_, ": a barrier inside a group of collectives");
   ++current().calls;
   backend_->barrier()->wait();
 }

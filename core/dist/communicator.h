@@ -14,13 +14,15 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace mfsdp {
 
 struct PhaseCounters {
-  int64_t calls = 0;
+  int64_t calls = 0;  // a group (Communicator::group) counts once
+  int64_t parts = 0;  // collectives issued inside groups
   int64_t bytes_sent = 0;
   int64_t bytes_recv = 0;
 };
@@ -63,6 +65,12 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> alltoall(at::Tensor& output, at::Tensor& input, std::vector<int64_t> output_splits,
                                           std::vector<int64_t> input_splits);
   void barrier();
+  // A group: the collectives `issue` issues travel together (c10d coalescing, RecordingBackend:
+  // one NCCL group; on Gloo in flight together, broadcasts as point-to-point messages) and count
+  // as one call of the phase in force, with their bytes as usual and PhaseCounters::parts counting
+  // them. Returns the one Work to wait on (undefined when `issue` issued nothing); the parts'
+  // own Works need no waiting. Groups do not nest; a barrier cannot be part of one.
+  c10::intrusive_ptr<c10d::Work> group(const std::function<void()>& issue);
 
   // Every rank must hold the same plan: compares hashes with one all-gather and throws on every
   // rank, naming the ranks that differ, instead of letting mismatched collectives hang.
@@ -78,6 +86,7 @@ class Communicator {
 
  private:
   PhaseCounters& current() { return counters_[static_cast<int>(phase())]; }
+  void count_call(PhaseCounters& c);
   void require_contiguous(const at::Tensor& t, const char* what) const;
   c10::intrusive_ptr<c10d::Work> allreduce(at::Tensor& tensor, c10d::ReduceOp::RedOpType op);
 
@@ -86,6 +95,8 @@ class Communicator {
   int world_size_;
   at::Device control_device_ = at::kCPU;
   std::array<PhaseCounters, kNumPhases> counters_{};
+  bool grouping_ = false;
+  int64_t group_parts_ = 0;
 };
 
 // The unit the collectives issued in a scope belong to (in the backend's log), restored after.

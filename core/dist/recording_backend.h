@@ -32,8 +32,9 @@ const char* to_string(Phase phase);
 constexpr size_t phase_index(Phase phase) { return static_cast<size_t>(phase); }
 
 struct BackendCounters {
-  int64_t calls = 0;
-  int64_t bytes = 0;  // of the tensors handed in (the input side)
+  int64_t calls = 0;  // a group (coalesced collectives) counts once
+  int64_t bytes = 0;  // of the tensors handed in (the input side), a group's parts' together
+  int64_t parts = 0;  // collectives issued inside groups
 };
 
 // One entry of the log: a collective as issued, or a mark the runtime placed between them.
@@ -44,6 +45,7 @@ struct BackendEvent {
   int unit = -1;      // the unit it belongs to, -1 when none
   int root = -1;      // broadcast / reduce root, else -1
   int64_t bytes = 0;  // as in BackendCounters
+  int group = -1;     // the group (coalesced collectives) it is a part of: the same id for each part, else -1
 };
 
 class RecordingBackend final : public c10d::Backend {
@@ -69,6 +71,19 @@ class RecordingBackend final : public c10d::Backend {
   void abort() override { inner_->abort(); }
   void shutdown() override { inner_->shutdown(); }
   void waitForPendingWorks() override { inner_->waitForPendingWorks(); }
+  // Coalescing, c10d's group of collectives: those issued between startCoalescing and
+  // endCoalescing are one group, counted as one call (with their bytes; `parts` counts them), each
+  // logged with the group's id; endCoalescing returns the one Work to wait on. NCCL coalesces
+  // them itself (one NCCL group: one launch). On any other backend this class does: the parts are
+  // issued as they come and the returned Work waits for every one of them; on Gloo a broadcast in
+  // a group travels as point-to-point messages (the root sends its tensor to every other rank and
+  // each of them receives it once), all in flight together, where Gloo's broadcasts would wait
+  // their turn on the process group's worker threads (docs/runtime.md: grouped collectives).
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  bool coalescing() const { return group_ >= 0; }
+
   void setSequenceNumberForGroup() override { inner_->setSequenceNumberForGroup(); }
   uint64_t getSequenceNumberForGroup() override { return inner_->getSequenceNumberForGroup(); }
 
@@ -112,8 +127,16 @@ class RecordingBackend final : public c10d::Backend {
 
  private:
   void record(const char* what, int64_t bytes, int root = -1);
+  c10::intrusive_ptr<c10d::Work> part(c10::intrusive_ptr<c10d::Work> work);
 
   c10::intrusive_ptr<c10d::Backend> inner_;
+  bool inner_coalesces_ = false;  // NCCL: the inner backend groups what it is given itself
+  bool gloo_ = false;
+  int group_ = -1;                // the open group's id, -1 when none is open
+  int next_group_ = 0;
+  int64_t group_parts_ = 0;       // in the open group
+  int64_t p2p_broadcasts_ = 0;    // Gloo broadcasts sent point to point in groups so far
+  std::vector<c10::intrusive_ptr<c10d::Work>> group_works_;  // the open group's parts (not NCCL)
   Phase phase_ = Phase::other;
   int unit_ = -1;
   std::array<BackendCounters, kNumPhases> counters_{};

@@ -22,7 +22,12 @@ const char* to_string(UnitState state) {
 }
 
 const char* to_string(UnshardStrategy strategy) {
-  return strategy == UnshardStrategy::broadcast ? "broadcast" : "allgather_even";
+  switch (strategy) {
+    case UnshardStrategy::broadcast: return "broadcast";
+    case UnshardStrategy::allgather_even: return "allgather_even";
+    case UnshardStrategy::per_segment: return "per_segment";
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown UnshardStrategy");
 }
 
 const char* to_string(ReduceMode mode) {
@@ -167,11 +172,21 @@ void Unit::begin_fill() {
     fill_works_.push_back(comm_.allgather(fill_prefixes_, mine));
     skip = even_prefix_;
   }
-  for (int r = 0; r < W; ++r) {
-    const int64_t rest = layout_.segments[r].numel - skip;
-    if (rest == 0) continue;  // empty segments (or remainders) never move
-    at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends its own (compute) segment
-    fill_works_.push_back(comm_.broadcast(target, r));
+  auto issue = [&] {
+    for (int r = 0; r < W; ++r) {
+      const int64_t rest = layout_.segments[r].numel - skip;
+      if (rest == 0) continue;  // empty segments (or remainders) never move
+      at::Tensor target = segment_of(r).narrow(0, skip, rest);  // the root sends its own (compute) segment
+      fill_works_.push_back(comm_.broadcast(target, r));
+    }
+  };
+  if (strategy_ == UnshardStrategy::per_segment || W == 1) {
+    issue();
+  } else {
+    const size_t before = fill_works_.size();
+    c10::intrusive_ptr<c10d::Work> group = comm_.group(issue);
+    fill_works_.resize(before);  // the group's Work stands for its parts
+    if (group) fill_works_.push_back(group);
   }
   fill_pending_ = true;
 }
@@ -308,14 +323,17 @@ std::vector<at::Tensor> Unit::gather_segment(const at::Tensor& segment, const ch
   const int W = plan_.world_size();
   at::Tensor flat = at::zeros({layout_.numel}, segment.options());  // rank-major, as the plan lays it out
   flat.narrow(0, layout_.segments[rank_].offset, segment.numel()).copy_(segment);
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<at::Tensor> parts;  // alive until the broadcasts complete
-  for (int r = 0; r < W && W > 1; ++r) {
-    if (layout_.segments[r].numel == 0) continue;
-    parts.push_back(flat.narrow(0, layout_.segments[r].offset, layout_.segments[r].numel));
-    works.push_back(comm_.broadcast(parts.back(), r));
+  if (W > 1) {
+    c10::intrusive_ptr<c10d::Work> group = comm_.group([&] {
+      for (int r = 0; r < W; ++r) {
+        if (layout_.segments[r].numel == 0) continue;
+        parts.push_back(flat.narrow(0, layout_.segments[r].offset, layout_.segments[r].numel));
+        comm_.broadcast(parts.back(), r);
+      }
+    });
+    if (group) group->wait();
   }
-  for (auto& w : works) w->wait();
   std::vector<at::Tensor> out;
   for (int si : layout_.shards) {
     const MatrixShard& s = plan_.shards()[si];
@@ -418,12 +436,15 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
       pending_.push_back(comm_.reduce_scatter_sum(prefix_sum_, packed));
       contributions_ = packed;  // kept alive until the reduce-scatter completes
     }
-    for (int r = 0; r < W; ++r) {
-      const Segment& seg = layout_.segments[r];
-      if (seg.numel == even_prefix_) continue;
-      at::Tensor region = grad_flat_.narrow(0, seg.offset + even_prefix_, seg.numel - even_prefix_);
-      pending_.push_back(comm_.reduce_sum(region, r));
-    }
+    c10::intrusive_ptr<c10d::Work> group = comm_.group([&] {
+      for (int r = 0; r < W; ++r) {
+        const Segment& seg = layout_.segments[r];
+        if (seg.numel == even_prefix_) continue;
+        at::Tensor region = grad_flat_.narrow(0, seg.offset + even_prefix_, seg.numel - even_prefix_);
+        comm_.reduce_sum(region, r);
+      }
+    });
+    if (group) pending_.push_back(group);
   }
 }
 

@@ -39,12 +39,16 @@ enum class UnitState {
 };
 const char* to_string(UnitState state);
 
-// How unshard moves the segments (both move only what this rank does not store, no padding
-// beyond the even-shard rule, never this rank's own segment):
+// How unshard moves the segments (each moves only what this rank does not store, no padding
+// beyond the even-shard rule, never this rank's own segment). A group is one collective of the
+// unit (Communicator::group: one NCCL group, on Gloo point-to-point messages in flight together).
 enum class UnshardStrategy {
-  broadcast,          // one broadcast per non-empty segment, rooted at its rank
-  allgather_even,     // one all-gather of the equal-size even-shard prefixes of all segments,
-                      // then one broadcast per rank whose owned remainder is non-empty
+  broadcast,          // one group: a broadcast per non-empty segment, rooted at its rank
+  allgather_even,     // one all-gather of the equal-size even-shard prefixes of all segments (the
+                      // even tail), then one group: a broadcast per rank whose owned remainder is
+                      // non-empty
+  per_segment,        // the broadcasts of `broadcast`, each a collective of its own (what ran
+                      // before groups; kept to measure them against)
 };
 const char* to_string(UnshardStrategy strategy);
 

@@ -72,7 +72,7 @@ nlohmann::ordered_json metrics_row(const StepMetrics& m) {
   if (!m.checkpoint.empty()) j["checkpoint"] = {{"dir", m.checkpoint}, {"ms", 1e3 * m.checkpoint_s}};
   for (int p = 0; p < kNumPhases; ++p) {
     const PhaseCounters& c = m.bytes[p];
-    j["phases"][to_string(static_cast<Phase>(p))] = {{"calls", c.calls}, {"bytes_sent", c.bytes_sent}, {"bytes_recv", c.bytes_recv}};
+    j["phases"][to_string(static_cast<Phase>(p))] = {{"calls", c.calls}, {"parts", c.parts}, {"bytes_sent", c.bytes_sent}, {"bytes_recv", c.bytes_recv}};
   }
   return j;
 }

@@ -188,9 +188,9 @@ void count_step_traffic(Communicator& world, const std::vector<Communicator*>& g
     m.backend[p] = world.backend().counters(static_cast<Phase>(p));
     for (Communicator* c : groups) {
       const PhaseCounters& k = c->counters(static_cast<Phase>(p));
-      m.bytes[p].calls += k.calls, m.bytes[p].bytes_sent += k.bytes_sent, m.bytes[p].bytes_recv += k.bytes_recv;
+      m.bytes[p].calls += k.calls, m.bytes[p].parts += k.parts, m.bytes[p].bytes_sent += k.bytes_sent, m.bytes[p].bytes_recv += k.bytes_recv;
       const BackendCounters& b = c->backend().counters(static_cast<Phase>(p));
-      m.backend[p].calls += b.calls, m.backend[p].bytes += b.bytes;
+      m.backend[p].calls += b.calls, m.backend[p].parts += b.parts, m.backend[p].bytes += b.bytes;
     }
   }
 }
