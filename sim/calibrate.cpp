@@ -60,6 +60,14 @@ std::vector<CollectiveSample> measure(CollectiveKind kind, int W, const std::vec
         case CollectiveKind::allgather: comm.allgather(b, a)->wait(); break;
         case CollectiveKind::reduce_scatter: comm.reduce_scatter_sum(chunk, a)->wait(); break;
         case CollectiveKind::alltoall: comm.alltoall(b, a, std::vector<int64_t>(W, n / W), std::vector<int64_t>(W, n / W))->wait(); break;
+        case CollectiveKind::broadcast_group:  // every rank the root of its n / W elements, as one group
+          comm.group([&] {
+                for (int r = 0; r < W; ++r) {
+                  at::Tensor part = a.narrow(0, r * (n / W), n / W);
+                  comm.broadcast(part, r);
+                }
+              })->wait();
+          break;
       }
     };
     std::vector<at::Tensor> as, bs, chunks;

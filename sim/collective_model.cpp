@@ -53,6 +53,7 @@ double collective_seconds(CollectiveKind kind, int64_t bytes, const GroupShape& 
     case CollectiveKind::reduce_scatter: return ring_latency(1) + S * (n - 1) / n / busbw;
     case CollectiveKind::allreduce: return ring_latency(2) + 2 * S * (n - 1) / n / busbw;
     case CollectiveKind::broadcast:
+    case CollectiveKind::broadcast_group:
     case CollectiveKind::reduce: return ring_latency(1) + S / busbw;
     case CollectiveKind::alltoall: {
       // The group's ranks on the first rank's node (groups are node-major and even in practice).

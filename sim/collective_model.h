@@ -5,10 +5,14 @@
 //   all-gather, reduce-scatter  n - 1 steps (k - 1 inter-node);   S (n - 1) / n / busbw
 //   all-reduce                  2 (n - 1) steps (2 (k - 1));      2 S (n - 1) / n / busbw
 //   broadcast, reduce           n - 1 steps (k - 1), pipelined;   S / busbw
+//   a group of broadcasts       as one broadcast of their bytes together: their rings run at once
+//                               (NCCL: one group, one launch), so the latency is paid once and
+//                               the parts share the links (S: the parts' bytes summed)
 //   all-to-all                  one step (inter-node when k > 1); each rank's bytes to its node's
 //                               peers over the intra link, and its node's bytes to other nodes
 //                               over the node's share of the inter link, whichever is slower
-// S is the collective's size (see CollectiveCall). A group of one rank costs nothing. A kind the
+// A group of other collectives (simulate.h) is priced from its parts: the largest part's latency
+// once, plus every part's bandwidth term. S is the collective's size (see CollectiveCall). A group of one rank costs nothing. A kind the
 // profile has a measured fit for (mfsdp calibrate) uses the fit's base, hop and bandwidth inside a node,
 // or, for a group inside one node of a size the fit measured on its own, latency + S·g(n) / busbw.
 #pragma once

@@ -14,7 +14,8 @@ namespace mfsdp {
 namespace {
 constexpr const char* kKind = "hardware profile";
 constexpr std::array<const char*, kNumCollectiveKinds> kKindNames{"broadcast", "reduce", "allgather",
-                                                                 "reduce_scatter", "allreduce", "alltoall"};
+                                                                 "reduce_scatter", "allreduce", "alltoall",
+                                                                 "broadcast_group"};
 constexpr int64_t kMaxProfileBytes = 1 << 20;
 
 LinkClass link(const JsonFields& f) {
@@ -30,7 +31,7 @@ const char* to_string(CollectiveKind kind) { return kKindNames.at(static_cast<si
 CollectiveKind collective_kind_from_string(const std::string& name) {
   for (size_t i = 0; i < kKindNames.size(); ++i)
     if (name == kKindNames[i]) return static_cast<CollectiveKind>(i);
-  TORCH_CHECK(false, "unknown collective '", name, "' (broadcast, reduce, allgather, reduce_scatter, allreduce, alltoall)");
+  TORCH_CHECK(false, "unknown collective '", name, "' (broadcast, reduce, allgather, reduce_scatter, allreduce, alltoall, broadcast_group)");
 }
 
 HardwareProfile hardware_profile_from_json(const std::string& text, const std::string& path) {

@@ -15,8 +15,11 @@
 
 namespace mfsdp {
 
-enum class CollectiveKind { broadcast, reduce, allgather, reduce_scatter, allreduce, alltoall };
-constexpr int kNumCollectiveKinds = 6;
+// broadcast_group: a group of broadcasts (Communicator::group), one per root, priced as one
+// collective of their bytes together (sim/collective_model.h); last so the older kinds keep their
+// indices.
+enum class CollectiveKind { broadcast, reduce, allgather, reduce_scatter, allreduce, alltoall, broadcast_group };
+constexpr int kNumCollectiveKinds = 7;
 const char* to_string(CollectiveKind kind);
 CollectiveKind collective_kind_from_string(const std::string& name);
 

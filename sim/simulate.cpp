@@ -250,10 +250,36 @@ void price_collectives(const SimConfig& c, const StepTrace& trace, const std::ar
                         ? 1.0
                         : node_ranks / std::max(static_cast<double>(shapes[g].ranks), hw.compute_slots_per_node);
   const bool sharded_ns = sharded_newton_schulz(c);
-  for (const TracedCollective& t : trace.collectives) {
+  const auto& all = trace.collectives;
+  for (size_t i = 0, j = 0; i < all.size(); i = j) {
+    const TracedCollective& t = all[i];
+    // A group of collectives (Communicator::group, its parts consecutive) is one call.
+    for (j = i + 1; t.coalesced >= 0 && j < all.size() && all[j].coalesced == t.coalesced;) ++j;
     if (sharded_ns && t.stage == Stage::optimizer) continue;  // priced by price_sharded_newton_schulz
     const int g = static_cast<int>(t.group);
-    price(r.stages[static_cast<int>(t.stage)], t.kind, t.bytes, shapes[g], hw, contention[g]);
+    StageTime& st = r.stages[static_cast<int>(t.stage)];
+    if (t.coalesced < 0) {
+      price(st, t.kind, t.bytes, shapes[g], hw, contention[g]);
+      continue;
+    }
+    // A group of broadcasts: one broadcast_group of their bytes together (its own fit where
+    // calibrate measured one; else one broadcast's latency, the parts' bytes over the links). Any
+    // other group: its largest part's latency once, plus every part's bandwidth term.
+    bool broadcasts = true;
+    int64_t bytes = 0;
+    double latency = 0, bandwidth = 0;
+    for (size_t k = i; k < j; ++k) {
+      broadcasts = broadcasts && all[k].kind == CollectiveKind::broadcast;
+      bytes += all[k].bytes;
+      const double l = collective_seconds(all[k].kind, 0, shapes[g], hw);
+      latency = std::max(latency, l);
+      bandwidth += collective_seconds(all[k].kind, all[k].bytes, shapes[g], hw) - l;
+    }
+    ++st.calls;
+    st.parts += static_cast<int64_t>(j - i);
+    st.bytes += bytes;
+    st.comm_s += contention[g] * (broadcasts ? collective_seconds(CollectiveKind::broadcast_group, bytes, shapes[g], hw)
+                                             : latency + bandwidth);
   }
 }
 
@@ -444,7 +470,7 @@ nlohmann::json to_json(const SimResult& r) {
   j["profile"] = r.profile;
   for (int s = 0; s < kNumStages; ++s) {
     const StageTime& st = r.stages[s];
-    j["stages"][to_string(static_cast<Stage>(s))] = {{"collectives", st.calls}, {"bytes", st.bytes},
+    j["stages"][to_string(static_cast<Stage>(s))] = {{"collectives", st.calls}, {"parts", st.parts}, {"bytes", st.bytes},
                                                      {"comm_s", st.comm_s},     {"compute_s", st.compute_s},
                                                      {"flops", st.flops},       {"ops", st.ops},
                                                      {"seconds", st.seconds()}};

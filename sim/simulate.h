@@ -1,7 +1,8 @@
 // `mfsdp simulate` (docs/simulate.md): one training step of a placement at a world size, priced on
 // a hardware profile.
 //   collectives  the placement's own, in order, from a traced step (sim/trace.h), each priced by
-//                the α-β model (sim/collective_model.h) over the world's ranks (node-major)
+//                the α-β model (sim/collective_model.h) over the world's ranks (node-major); a group
+//                (Communicator::group: a unit's segment broadcasts) as one call of its parts' bytes
 //   compute      from the same traced step: the matrix-product FLOPs it dispatched, per stage and
 //                dtype, over the profile's matmul rates, plus its ATen operators times the
 //                profile's per-operator cost; the rank traced is the one the cost model
@@ -39,7 +40,8 @@ struct SimConfig {
 };
 
 struct StageTime {
-  int64_t calls = 0;
+  int64_t calls = 0;        // a group of collectives (Communicator::group) counts once
+  int64_t parts = 0;        // collectives inside groups
   int64_t bytes = 0;        // priced bytes of its collectives
   double comm_s = 0;
   double compute_s = 0;

@@ -219,7 +219,8 @@ StepTrace trace_step(const TrainConfig& config_in, int world_size, int rank) {
     const Stage stage = e.phase == Phase::optimizer_step || e.phase == Phase::update_broadcast ? Stage::optimizer
                         : in_backward(k)                                                       ? Stage::backward
                                                                                                : Stage::forward;
-    trace.collectives.push_back(TracedCollective{e.what, call.kind, e.phase, e.unit, stage, e.root, e.bytes, call.bytes, call.group});
+    trace.collectives.push_back(
+        TracedCollective{e.what, call.kind, e.phase, e.unit, stage, e.root, e.bytes, call.bytes, call.group, e.group});
   }
   for (size_t g = 0; g < groups.size(); ++g)
     TORCH_INTERNAL_ASSERT(next[g] == logged[g].size(), "trace: the ", to_string(static_cast<TraceGroup>(g)),

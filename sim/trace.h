@@ -39,6 +39,7 @@ struct TracedCollective {
   int64_t input_bytes = 0;  // as the RecordingBackend counts them (the tensors handed in)
   int64_t bytes = 0;        // the size the collective model prices (TracedCall::bytes)
   TraceGroup group = TraceGroup::world;  // HSDP: the shard or replicate group it went to
+  int coalesced = -1;  // the group of collectives (Communicator::group) it is a part of: one id for its parts, else -1
 };
 
 // The compute a stage dispatched, counted by a RecordFunction observer while the step ran: ATen

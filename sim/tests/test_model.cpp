@@ -208,6 +208,7 @@ TEST(CollectiveFit, EveryKindsFittedPathMatchesTimingsSynthesisedFromRingCosts) 
       {CollectiveKind::broadcast, [](int) { return 1.0; }, 1},
       {CollectiveKind::reduce, [](int) { return 1.0; }, 1},
       {CollectiveKind::alltoall, [](int) { return 1.0; }, 0},
+      {CollectiveKind::broadcast_group, [](int) { return 1.0; }, 1},
   };
   ASSERT_EQ(sizeof(costs) / sizeof(costs[0]), static_cast<size_t>(kNumCollectiveKinds));
   auto synthetic = [&](const Cost& c, int n, double S) {
