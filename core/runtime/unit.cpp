@@ -165,14 +165,15 @@ void Unit::begin_fill() {
   UnitScope tag(comm_, index_);
   const int W = plan_.world_size();
   if (casts_) segment_of(rank_).copy_(segment_);  // this rank's compute copy: what it sends and reads
-  int64_t skip = 0;  // elements at the start of each segment moved by the all-gather
-  if (strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1) {
-    fill_prefixes_ = at::empty({W * even_prefix_}, compute_options_);
-    at::Tensor mine = segment_of(rank_).narrow(0, 0, even_prefix_);
-    fill_works_.push_back(comm_.allgather(fill_prefixes_, mine));
-    skip = even_prefix_;
-  }
+  // allgather_even: the even tail's prefixes in one all-gather, then each rank's owned remainder.
+  const bool tail = strategy_ == UnshardStrategy::allgather_even && even_prefix_ > 0 && W > 1;
+  const int64_t skip = tail ? even_prefix_ : 0;  // elements at the start of each segment the all-gather moves
   auto issue = [&] {
+    if (tail) {
+      fill_prefixes_ = at::empty({W * even_prefix_}, compute_options_);
+      at::Tensor mine = segment_of(rank_).narrow(0, 0, even_prefix_);
+      fill_works_.push_back(comm_.allgather(fill_prefixes_, mine));
+    }
     for (int r = 0; r < W; ++r) {
       const int64_t rest = layout_.segments[r].numel - skip;
       if (rest == 0) continue;  // empty segments (or remainders) never move
@@ -182,7 +183,7 @@ void Unit::begin_fill() {
   };
   if (strategy_ == UnshardStrategy::per_segment || W == 1) {
     issue();
-  } else {
+  } else {  // the whole fill, tail included, as one group: one collective of the unit
     const size_t before = fill_works_.size();
     c10::intrusive_ptr<c10d::Work> group = comm_.group(issue);
     fill_works_.resize(before);  // the group's Work stands for its parts
@@ -429,14 +430,14 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
       pending_.push_back(comm_.alltoall(contributions_, grad_flat_, out_splits, in_splits));
     }
   } else if (W > 1) {
-    // The tail's equal-size even prefixes in one reduce-scatter (packed rank after rank), then a
-    // native reduce for each rank's owned remainder.
-    if (even_prefix_ > 0) {
-      prefix_sum_ = at::empty({even_prefix_}, reduce_options_);
-      pending_.push_back(comm_.reduce_scatter_sum(prefix_sum_, packed));
-      contributions_ = packed;  // kept alive until the reduce-scatter completes
-    }
+    // One group: the tail's equal-size even prefixes in one reduce-scatter (packed rank after
+    // rank), and a native reduce for each rank's owned remainder.
     c10::intrusive_ptr<c10d::Work> group = comm_.group([&] {
+      if (even_prefix_ > 0) {
+        prefix_sum_ = at::empty({even_prefix_}, reduce_options_);
+        comm_.reduce_scatter_sum(prefix_sum_, packed);
+        contributions_ = packed;  // kept alive until the reduce-scatter completes
+      }
       for (int r = 0; r < W; ++r) {
         const Segment& seg = layout_.segments[r];
         if (seg.numel == even_prefix_) continue;

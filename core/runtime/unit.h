@@ -44,9 +44,9 @@ const char* to_string(UnitState state);
 // unit (Communicator::group: one NCCL group, on Gloo point-to-point messages in flight together).
 enum class UnshardStrategy {
   broadcast,          // one group: a broadcast per non-empty segment, rooted at its rank
-  allgather_even,     // one all-gather of the equal-size even-shard prefixes of all segments (the
-                      // even tail), then one group: a broadcast per rank whose owned remainder is
-                      // non-empty
+  allgather_even,     // one group: an all-gather of the equal-size even-shard prefixes of all
+                      // segments (the even tail) and a broadcast per rank whose owned remainder
+                      // is non-empty
   per_segment,        // the broadcasts of `broadcast`, each a collective of its own (what ran
                       // before groups; kept to measure them against)
 };
@@ -54,8 +54,8 @@ const char* to_string(UnshardStrategy strategy);
 
 enum class ReduceMode {
   deterministic,  // contributions gathered on the owner, added in rank order 0..W-1, divided once
-  fast,           // native: one reduce-scatter of the equal-size even prefixes (the tail), one
-                  // reduce(SUM) per rank's owned remainder; then divided once
+  fast,           // native, one group: a reduce-scatter of the equal-size even prefixes (the
+                  // tail) and a reduce(SUM) per rank's owned remainder; then divided once
 };
 const char* to_string(ReduceMode mode);
 
