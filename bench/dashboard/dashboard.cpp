@@ -43,14 +43,29 @@ std::string num(double v, int digits = 3) {
 
 std::string bytes_text(double b) { return human_bytes(b, 1); }
 
+// A series' colour. A projection's HSDP series ("owner HSDP S=8 dedup") take their placement's hue,
+// darker for dedup and lighter for replicated, so that every series of a chart has its own; a name
+// not listed takes one of a few spare colours by a hash of its name (never one grey for all).
 const char* color_of(const std::string& series) {
   static const std::map<std::string, const char*> colors{
       {"owner", "#1b9e77"}, {"reconstruct", "#d95f02"}, {"alltoall", "#7570b3"}, {"zero1", "#e7298a"},
       {"ddp", "#66a61e"},   {"unshard", "#4477aa"},     {"grad_reduce", "#ee6677"}, {"optimizer_step", "#ccbb44"},
-      {"round_robin", "#4477aa"}, {"greedy_bytes", "#ee6677"}, {"greedy_cost", "#228833"}, {"balanced", "#ccbb44"}};
-  auto it = colors.find(series);
-  return it == colors.end() ? "#888888" : it->second;
+      {"round_robin", "#4477aa"}, {"greedy_bytes", "#ee6677"}, {"greedy_cost", "#228833"}, {"balanced", "#ccbb44"},
+      {"owner HSDP dedup", "#0b5e47"}, {"owner HSDP replicated", "#6fd3b3"}, {"alltoall HSDP replicated", "#b1acdf"},
+      {"alltoall HSDP dedup", "#403b85"}, {"reconstruct HSDP replicated", "#f6ab6c"}, {"reconstruct HSDP dedup", "#8a3b00"},
+      {"zero1 HSDP replicated", "#f39bc8"}, {"zero1 HSDP dedup", "#9b1159"}};
+  std::string key = series;
+  if (const size_t h = key.find(" HSDP S="); h != std::string::npos) {  // the shard size does not change the hue
+    const size_t mode = key.find(' ', h + 8);
+    key = key.substr(0, h) + " HSDP" + (mode == std::string::npos ? "" : key.substr(mode));
+  }
+  if (auto it = colors.find(key); it != colors.end()) return it->second;
+  static const char* const spare[] = {"#a6761d", "#666666", "#1f78b4", "#b15928", "#6a3d9a", "#33a02c"};
+  return spare[std::hash<std::string>{}(series) % (sizeof(spare) / sizeof(spare[0]))];
 }
+
+// HSDP series are drawn dashed, beside their placement's flat line.
+bool dashed(const std::string& series) { return series.find(" HSDP ") != std::string::npos; }
 
 // `v == s` for a JSON value, without the temporary JSON string that `==` builds (GCC 12 reports a
 // false -Warray-bounds on it where it is inlined into the renderers).
@@ -70,7 +85,9 @@ struct Series {
   std::vector<double> values;  // one per category; NaN = missing
 };
 
-constexpr int kWidth = 560, kHeight = 300, kLeft = 70, kRight = 130, kTop = 36, kBottom = 44;
+// kRight holds the legend: a 12 px swatch and up to kLegendChars characters of 11 px text.
+constexpr int kLegendChars = 32;
+constexpr int kWidth = 680, kHeight = 300, kLeft = 70, kRight = 36 + kLegendChars * 6, kTop = 36, kBottom = 44;
 
 std::string svg_open(const std::string& id, const std::string& title) {
   std::ostringstream o;
@@ -158,7 +175,7 @@ std::string line_chart(const std::string& id, const std::string& title, const st
   o << svg_open(id, title) << axes(categories, axis, ylabel + " (log scale)", fmt, xlabel);
   for (const Series& s : series) {
     o << "<g class=\"series\" data-chart=\"" << esc(id) << "\" data-series=\"" << esc(s.name) << "\"><polyline fill=\"none\" stroke=\""
-      << color_of(s.name) << "\" stroke-width=\"2\" points=\"";
+      << color_of(s.name) << "\" stroke-width=\"2\"" << (dashed(s.name) ? " stroke-dasharray=\"6 3\"" : "") << " points=\"";
     for (size_t i = 0; i < s.values.size(); ++i)
       if (std::isfinite(s.values[i]) && s.values[i] > 0) o << kLeft + step * (i + 0.5) << "," << kTop + ph - ph * axis.frac(s.values[i]) << " ";
     o << "\"/>";
@@ -493,19 +510,36 @@ nlohmann::json load_dashboard_input(const std::string& path) {
   return j;
 }
 
+// What the page holds: measurements (bench_step, peers), projections (simulate sweeps), or both.
+static std::string page_title(const std::vector<nlohmann::json>& results) {
+  bool measured = false, projected = false;
+  for (const auto& r : results) (r["format"] == "mfsdp-sim-sweep" ? projected : measured) = true;
+  if (projected && !measured) return "MatrixFSDP: projected step times, side by side";
+  if (projected) return "MatrixFSDP: measured and projected step times, side by side";
+  return "MatrixFSDP: measured step latency, side by side";
+}
+
 std::string render_dashboard(const std::vector<nlohmann::json>& results, const std::vector<std::string>& names) {
+  bool measured = false, projected = false;
+  for (const auto& r : results) (r["format"] == "mfsdp-sim-sweep" ? projected : measured) = true;
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/>"
-    << "<title>MatrixFSDP step-latency dashboard</title><style>"
+    << "<title>" << esc(page_title(results)) << "</title><style>"
     << "body{font-family:sans-serif;margin:24px;color:#222;max-width:1200px}h1{font-size:22px}h2{font-size:18px;margin-top:32px}"
     << "h3{font-size:15px}.charts{display:flex;flex-wrap:wrap;gap:12px}svg{background:#fff;border:1px solid #ddd}"
     << ".title{font-size:13px;font-weight:bold}.tick{font-size:11px;fill:#444}.label{font-size:12px;fill:#222}"
     << ".grid{stroke:#e5e5e5}table{border-collapse:collapse;font-size:12px;margin:8px 0}"
     << "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}td:first-child{text-align:left}"
-    << ".note{font-size:12px;color:#555}</style></head><body><h1>MatrixFSDP: optimizer-step latency, side by side</h1>"
+    << ".note{font-size:12px;color:#555}</style></head><body><h1>" << esc(page_title(results)) << "</h1>"
     << "<p class=\"note\">Owner-shaped ZeRO-3 against FSDP2 + Muon reconstruction (reconstruct), DistMuon all-to-all "
-    << "(alltoall), ZeRO-1 owner (zero1) and DDP (ddp). Step times are the slowest rank's, medians over the measured steps. "
-    << "Every case was checked bit for bit against the DDP oracle outside the timed steps.</p>";
+    << "(alltoall), ZeRO-1 owner (zero1) and DDP (ddp).";
+  if (measured)
+    o << " Measured step times are the slowest rank's, medians over the measured steps; every measured case was checked "
+      << "bit for bit against the DDP oracle outside the timed steps.";
+  if (projected)
+    o << " Projected times are predictions of mfsdp simulate (each placement's own traced step priced on a hardware "
+      << "profile), not measurements.";
+  o << "</p>";
   for (size_t f = 0; f < results.size(); ++f) {
     if (results[f]["format"] == "mfsdp-sim-sweep")
       render_sweep(o, results[f], f, names[f]);

@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -255,6 +256,44 @@ TEST(DashboardPeers, EverySizeHasTheThreeChartsWithEveryRunnerAndTheTables) {
   EXPECT_NE(error.find("a result lacks \"step_ms\""), std::string::npos) << error;
   std::remove((dir + "/bad.json").c_str());
   ::rmdir(dir.c_str());
+}
+
+// The projections page (results/sim/projections.html): its title and note say predicted, not
+// measured; every series of a chart has a colour of its own (the HSDP ones too) and its legend
+// entry fits inside the chart.
+TEST(DashboardProjections, EverySeriesHasItsOwnColourTheLegendFitsAndTheTitleSaysProjected) {
+  json r{{"format", "mfsdp-sim-sweep"}, {"flags", json::array()}, {"runs", json::array()}};
+  for (const char* p : {"owner", "alltoall", "reconstruct"}) r["runs"].push_back(sweep_run(p, 64, 1));
+  for (const auto& [p, mode] : std::vector<std::pair<std::string, std::string>>{
+           {"owner", "dedup"}, {"owner", "replicated"}, {"alltoall", "replicated"}, {"reconstruct", "replicated"}}) {
+    json h = sweep_run(p, 64, 8);
+    h["step_mode"] = mode;
+    r["runs"].push_back(h);
+  }
+  const std::string page = render_dashboard({r}, {"sweeps.json"});
+  EXPECT_NE(page.find("<h1>MatrixFSDP: projected step times, side by side</h1>"), std::string::npos);
+  EXPECT_EQ(page.find("optimizer-step latency"), std::string::npos);
+  EXPECT_EQ(page.find("medians over the measured steps"), std::string::npos);
+  const std::string svg = chart(page, "proj-step-0-llama");
+  ASSERT_FALSE(svg.empty());
+  const int width = std::stoi(svg.substr(svg.find("width=\"") + 7));
+  std::set<std::string> fills;
+  int entries = 0;
+  // Legend entries: a 12 x 12 swatch, then its text; 11 px text is about 6 px a character.
+  for (size_t at = svg.find("width=\"12\" height=\"12\" fill=\""); at != std::string::npos;
+       at = svg.find("width=\"12\" height=\"12\" fill=\"", at + 1)) {
+    const size_t f = at + 29;
+    fills.insert(svg.substr(f, svg.find('"', f) - f));
+    const size_t x = svg.find("<text x=\"", at) + 9, text = svg.find('>', x) + 1;
+    const std::string name = svg.substr(text, svg.find("</text>", text) - text);
+    EXPECT_LE(std::stod(svg.substr(x)) + 6.0 * static_cast<double>(name.size()), width) << name << " runs past the chart";
+    ++entries;
+  }
+  EXPECT_EQ(entries, 7);
+  EXPECT_EQ(fills.size(), 7u) << "series share a colour";
+  EXPECT_EQ(fills.count("#888888"), 0u);
+  // A page of measurements keeps its own title.
+  EXPECT_NE(render_dashboard({peers_result()}, {"peers.json"}).find("<h1>MatrixFSDP: measured step latency"), std::string::npos);
 }
 
 // results/README.md: the committed pages are `mfsdp dashboard` of the committed results, byte for
