@@ -236,12 +236,9 @@ std::vector<std::string> prefetch_problems(const Timeline& t) {
   return out;
 }
 
-std::vector<std::vector<std::string>> prefetch_run(bool prefetch, int W) {
-  TrainConfig c = small_config(Placement::owner);
-  c.steps = 1;
-  c.runtime.prefetch = prefetch;
-  std::mutex mutex;
-  std::vector<std::vector<std::string>> per_rank(W);
+// Each rank's backend log of one run of `c` on W thread ranks.
+std::vector<std::vector<BackendEvent>> logged_run(const TrainConfig& c, int W) {
+  std::vector<std::vector<BackendEvent>> logs(W);
   RanksOptions ranks;
   ranks.world_size = W;
   run_ranks_as_threads(ranks, [&](RankContext& ctx) {
@@ -249,15 +246,24 @@ std::vector<std::vector<std::string>> prefetch_run(bool prefetch, int W) {
     backend.record_events(true);
     train_placement(ctx, c);
     backend.record_events(false);
-    const Timeline t = timeline(backend.events());
-    std::vector<std::string> problems;
-    if (t.units != TransformerModel(c.model).num_units())
-      problems.push_back("the log marks " + std::to_string(t.units) + " units");
-    else
-      problems = prefetch_problems(t);
-    std::lock_guard<std::mutex> lock(mutex);
-    per_rank[ctx.rank] = problems;
+    logs[ctx.rank] = backend.events();  // each rank writes its own slot
   });
+  return logs;
+}
+
+std::vector<std::vector<std::string>> prefetch_run(bool prefetch, int W) {
+  TrainConfig c = small_config(Placement::owner);
+  c.steps = 1;
+  c.runtime.prefetch = prefetch;
+  std::vector<std::vector<std::string>> per_rank(W);
+  const auto logs = logged_run(c, W);
+  for (int r = 0; r < W; ++r) {
+    const Timeline t = timeline(logs[r]);
+    if (t.units != TransformerModel(c.model).num_units())
+      per_rank[r].push_back("the log marks " + std::to_string(t.units) + " units");
+    else
+      per_rank[r] = prefetch_problems(t);
+  }
   return per_rank;
 }
 
@@ -336,21 +342,14 @@ std::vector<std::string> group_run(const GroupCase& k, int W) {
   c.runtime.reduce = k.reduce;
   c.runtime.prefetch = k.prefetch;
   const int units = TransformerModel(c.model).num_units();
-  std::mutex mutex;
   std::vector<std::string> problems;
-  RanksOptions ranks;
-  ranks.world_size = W;
-  run_ranks_as_threads(ranks, [&](RankContext& ctx) {
-    RecordingBackend& backend = *recording(ctx.backend);
-    backend.record_events(true);
-    train_placement(ctx, c);
-    backend.record_events(false);
-    const UnitCollectives counted = unit_collectives(backend.events());
+  const auto logs = logged_run(c, W);
+  for (int r = 0; r < W; ++r) {
+    const UnitCollectives counted = unit_collectives(logs[r]);
     std::vector<std::string> mine = group_problems(k, units, counted);
     if (k.unshard != UnshardStrategy::per_segment && counted.parts == 0) mine.push_back("no collective was part of a group");
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const std::string& p : mine) problems.push_back(k.name + " at W=" + std::to_string(W) + ", rank " + std::to_string(ctx.rank) + ": " + p);
-  });
+    for (const std::string& p : mine) problems.push_back(k.name + " at W=" + std::to_string(W) + ", rank " + std::to_string(r) + ": " + p);
+  }
   return problems;
 }
 
