@@ -174,6 +174,7 @@ void BM_Step(benchmark::State& state, const std::string& placement, int W, const
     const StepMetrics& m = per_rank[rank].back();
     for (int p = 0; p < kNumPhases; ++p) {
       r.phases[p].calls = std::max(r.phases[p].calls, m.bytes[p].calls);
+      r.phases[p].parts = std::max(r.phases[p].parts, m.bytes[p].parts);
       r.phases[p].bytes_sent = std::max(r.phases[p].bytes_sent, m.bytes[p].bytes_sent);
       r.phases[p].bytes_recv = std::max(r.phases[p].bytes_recv, m.bytes[p].bytes_recv);
     }
@@ -455,7 +456,7 @@ int main(int argc, char** argv) {
   for (const CaseResult& r : g_results) {
     nlohmann::ordered_json phases = nlohmann::ordered_json::object();
     for (int p = 0; p < kNumPhases; ++p)
-      phases[to_string(static_cast<Phase>(p))] = {{"calls", r.phases[p].calls}, {"bytes_sent", r.phases[p].bytes_sent},
+      phases[to_string(static_cast<Phase>(p))] = {{"calls", r.phases[p].calls}, {"parts", r.phases[p].parts}, {"bytes_sent", r.phases[p].bytes_sent},
                                                   {"bytes_recv", r.phases[p].bytes_recv}};
     result["cases"].push_back({{"model", r.model}, {"placement", r.placement}, {"world_size", r.world_size},
                                {"optimizer_step_ms", r.optimizer_ms}, {"forward_ms", r.forward_ms},

@@ -160,7 +160,7 @@ void add_plan_command(CLI::App& app, Action& run) {
   for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   cmd->add_option("--model", a->model, "Preset (" + presets + "; 8b, 32b, 70b) or spec.json")->required();
   cmd->add_option("-w,--world-size", a->world_size, "Ranks in the shard group")->required();
-  add_run_options(cmd, a->run, {.optimizer_flags = false, .fast = false, .recompute = false, .explicit_planner = true});
+  add_run_options(cmd, a->run, {.optimizer_flags = false, .fast = false, .unshard = false, .recompute = false, .explicit_planner = true});
   cmd->add_option("--assign", a->assign_file, "With --planner explicit: JSON {\"param\": rank, \"<unit>/tail\": rank}");
   cmd->add_option("--place", a->place, "PATTERN=owned_matrix|even_shard: override the default placement (glob)");
   cmd->add_option("--grad-accum", a->grad_accum, "Micro-batches per step: peak memory adds the accumulation sums")

@@ -25,7 +25,6 @@ struct SimulateArgs {
   std::vector<std::string> placements{"owner", "reconstruct", "alltoall", "zero1", "ddp"};
   std::string profile;
   RunOptions run;    // --planner, --tail-policy, --optimizer, the mesh, the precision policy, --fast
-  std::string unshard = "broadcast";
   int64_t batch = 1, seq = 4096;
   int grad_accum = 1;
   GradReduce grad_reduce = GradReduce::per_microbatch;
@@ -45,9 +44,6 @@ SimConfig make_sim_config(const SimulateArgs& a, Placement placement, int W, con
   // As in `mfsdp plan`: no --param-dtype, everything in the preset's dtype; with it, fp32 masters.
   if (!a.run.param_dtype.empty()) c.model.dtype = c10::kFloat;
   apply_run_options(a.run, W, c);
-  c.runtime.unshard = a.unshard == "allgather_even" ? UnshardStrategy::allgather_even
-                      : a.unshard == "per_segment"  ? UnshardStrategy::per_segment
-                                                    : UnshardStrategy::broadcast;
   // dedup is the owner runtime's mode; the baselines' even-matrix steps run on every replica.
   if (placement != Placement::owner) c.runtime.step_mode = StepMode::replicated;
   c.batch = a.batch;
@@ -168,8 +164,6 @@ void add_simulate_command(CLI::App& app, Action& run) {
       ->each([a](const std::string&) { a->placements_given = true; });
   cmd->add_option("--profile", a->profile, "Hardware profile: a name in sim/profiles or a JSON file")->required();
   add_run_options(cmd, a->run, {.optimizer_flags = false, .prefetch = false, .recompute = false, .output_dtype = false, .model = false});
-  cmd->add_option("--unshard", a->unshard, "broadcast | allgather_even | per_segment (each segment's broadcast a collective of its own, not one group per unit)")
-      ->check(CLI::IsMember({"broadcast", "allgather_even", "per_segment"}));
   cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--grad-accum", a->grad_accum,

@@ -33,7 +33,7 @@ struct VerifyArgs {
 nlohmann::ordered_json phase_bytes(const std::array<PhaseCounters, kNumPhases>& bytes) {
   nlohmann::ordered_json j;
   for (int p = 0; p < kNumPhases; ++p)
-    j[to_string(static_cast<Phase>(p))] = {{"calls", bytes[p].calls}, {"bytes_sent", bytes[p].bytes_sent},
+    j[to_string(static_cast<Phase>(p))] = {{"calls", bytes[p].calls}, {"parts", bytes[p].parts}, {"bytes_sent", bytes[p].bytes_sent},
                                            {"bytes_recv", bytes[p].bytes_recv}};
   return j;
 }

@@ -47,6 +47,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
     cmd->add_flag("--prefetch", o.prefetch,
                   "Overlap: unshard the next unit (revive the previous one in backward) while this one computes "
                   "(two units gathered at once)");
+  if (set.unshard)
+    cmd->add_option("--unshard", o.unshard,
+                    "broadcast (a unit's segment broadcasts as one group) | allgather_even (the even tail's all-gather "
+                    "in the same group) | per_segment (each segment's broadcast a collective of its own)")
+        ->check(CLI::IsMember({"broadcast", "allgather_even", "per_segment"}));
   if (set.recompute)
     cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
                   "Recompute each transformer block in backward on its revived buffer, keeping only block inputs "
@@ -137,6 +142,9 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
   c.runtime.step_mode = o.step_mode;
   c.runtime.reduce = o.fast ? ReduceMode::fast : ReduceMode::deterministic;
   c.runtime.prefetch = o.prefetch;
+  c.runtime.unshard = o.unshard == "allgather_even" ? UnshardStrategy::allgather_even
+                      : o.unshard == "per_segment"  ? UnshardStrategy::per_segment
+                                                    : UnshardStrategy::broadcast;
   c.runtime.activation_checkpointing = o.activation_checkpointing;
 }
 

@@ -51,6 +51,10 @@ struct RunOptions {
   MoeArgs moe;
   bool fast = false;
   bool prefetch = false;
+  // The unshard's transport (core/runtime/unit.h): broadcast (one group of a unit's segment
+  // broadcasts), allgather_even (the even tail's all-gather in the same group) or per_segment (each
+  // broadcast a collective of its own). The same bits every way: a transport, not arithmetic.
+  std::string unshard = "broadcast";
   bool activation_checkpointing = false;  // recompute each block in backward (docs/recompute.md)
   std::optional<std::string> ns_variant;  // Muon's Newton–Schulz variant (core/plan/ns_variant.h); unset: torch
   std::optional<int> ns_steps;            // its iterations, for a variant without a fixed table
@@ -62,6 +66,7 @@ struct RunOptionSet {
   bool optimizer_flags = true;    // --batched-ns (the ones that change the optimizer's step)
   bool fast = true;               // --fast (not for plan: the plan does not depend on it)
   bool prefetch = true;           // --prefetch
+  bool unshard = true;            // --unshard (plan prices no transport)
   bool recompute = true;          // --activation-checkpointing (simulate has its own; plan models no activations)
   bool output_dtype = true;       // --output-dtype
   bool model = true;              // --tie-embeddings and the MoE options

@@ -3,7 +3,7 @@
 # side by side (peers/side_by_side.py: W = 2 and 4, the tiny model and hidden 512, 3 interleaved
 # rounds of 10 steps each), then each peer's trajectory judged by `mfsdp conform` against the
 # oracle's (peers/check_peers.py). Writes results/cpu/peers.json and results/cpu/peers_conform.txt
-# and renders its dashboard page (results/cpu/peers.html). Outside CI: about 12 minutes on 2 cores.
+# and renders its dashboard page (results/cpu/peers.html). Outside CI: about 15 minutes on 2 cores.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=${1:-build}
