@@ -30,6 +30,16 @@ find_package(rapidcheck CONFIG QUIET)  # Debian's config has no version file
 if(NOT rapidcheck_FOUND)
   message(FATAL_ERROR "MatrixFSDP needs RapidCheck: install it with 'apt-get install -y librapidcheck-dev'")
 endif()
+# RE2 (libre2-dev), for the tolerance files' tensor patterns: matching in linear time with bounded
+# memory. Debian ships no CMake config for it, only the header and the library.
+find_path(MFSDP_RE2_INCLUDE re2/re2.h)
+find_library(MFSDP_RE2_LIBRARY re2)
+if(NOT MFSDP_RE2_INCLUDE OR NOT MFSDP_RE2_LIBRARY)
+  message(FATAL_ERROR "MatrixFSDP needs RE2: install it with 'apt-get install -y libre2-dev'")
+endif()
+add_library(mfsdp_re2 INTERFACE)
+target_include_directories(mfsdp_re2 SYSTEM INTERFACE ${MFSDP_RE2_INCLUDE})
+target_link_libraries(mfsdp_re2 INTERFACE ${MFSDP_RE2_LIBRARY})
 find_package(Threads REQUIRED)
 include(GoogleTest)
 include(MfsdpTesting)

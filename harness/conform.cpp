@@ -9,18 +9,22 @@
 #include <c10/util/Exception.h>
 #include <c10/util/Half.h>
 #include <nlohmann/json.hpp>
+#include <re2/re2.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <regex>
 #include <sstream>
 
 namespace mfsdp {
 namespace {
 
 // ---- Tolerance -------------------------------------------------------------------------------
+
+// A `tensors` pattern: at most this long, and its compiled automaton at most this large.
+constexpr size_t kMaxTensorsPatternBytes = 4096;
+constexpr int64_t kTensorsPatternMemory = int64_t{8} << 20;
 
 double parse_double(const std::string& text, const std::string& what) {
   size_t used = 0;
@@ -58,11 +62,16 @@ ToleranceEntry entry_of(const nlohmann::json& j, size_t index, const std::string
   if (j.contains("tensors")) {
     TORCH_CHECK(j["tensors"].is_string(), where, " ('", e.name, "'): 'tensors' is not a string");
     e.tensors = j["tensors"].get<std::string>();
-    try {
-      std::regex check(e.tensors);
-    } catch (const std::regex_error& err) {
-      TORCH_CHECK(false, where, " ('", e.name, "'): 'tensors' is not a regular expression: ", err.what());
-    }
+    TORCH_CHECK(e.tensors.size() <= kMaxTensorsPatternBytes, where, " ('", e.name, "'): 'tensors' is ", e.tensors.size(),
+                " bytes long; at most ", kMaxTensorsPatternBytes);
+    // RE2: matching in time linear in the name, memory bounded by max_mem (a pattern whose
+    // automaton needs more is refused here, not run).
+    RE2::Options options;
+    options.set_log_errors(false);
+    options.set_max_mem(kTensorsPatternMemory);
+    auto re = std::make_shared<const RE2>(e.tensors, options);
+    TORCH_CHECK(re->ok(), where, " ('", e.name, "'): 'tensors' is not a regular expression (RE2 syntax): ", re->error());
+    e.tensors_re = std::move(re);
   }
   if (j.contains("max_ulp")) {
     TORCH_CHECK(j["max_ulp"].is_number_unsigned(), where, " ('", e.name, "'): 'max_ulp' is not an integer >= 0");
@@ -112,7 +121,7 @@ void mismatches_of(const T* ref, const T* cand, int64_t n, std::vector<Mismatch>
 
 bool entry_applies(const ToleranceEntry& e, const ValueResult& v) {
   if (!e.what.empty() && !e.what.count(v.kind)) return false;
-  if (!e.tensors.empty() && (v.kind == "loss" || v.kind == "grad_norm" || !std::regex_match(v.name, std::regex(e.tensors))))
+  if (!e.tensors.empty() && (v.kind == "loss" || v.kind == "grad_norm" || !RE2::FullMatch(v.name, *e.tensors_re)))
     return false;
   return true;
 }

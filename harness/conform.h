@@ -8,10 +8,15 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+namespace re2 {
+class RE2;
+}
 
 namespace mfsdp {
 
@@ -22,7 +27,8 @@ namespace mfsdp {
 struct ToleranceEntry {
   std::string name, reason;
   std::set<std::string> what;  // of kConformKinds; empty = all
-  std::string tensors;         // an ECMAScript regex the whole tensor name must match; empty = all
+  std::string tensors;         // an RE2 regex the whole tensor name must match; empty = all
+  std::shared_ptr<const re2::RE2> tensors_re;  // `tensors`, compiled once (linear-time matching)
   std::optional<uint64_t> max_ulp;
   std::optional<double> rtol, atol;
 };

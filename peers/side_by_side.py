@@ -25,7 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from launch import run_tree, torchrun  # noqa: E402
+from launch import HERE, run_tree, torchrun  # noqa: E402
 
 SIZES = {
     "tiny": {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128},
@@ -141,6 +141,11 @@ def main():
            "intra_op_threads_per_rank": 1, "tokens_per_rank_per_step": 4 * 32,
            "oversubscribed": [W for W in world_sizes if W > (os.cpu_count() or 1)],
            "wall_s": time.time() - started, "results": results, "ratios": ratios}
+    # The dashboard and the README read this file: it must match its schema (docs/schemas/,
+    # cli.output_schemas checks the committed copy), or nothing is written.
+    import jsonschema  # noqa: E402 (pinned by scripts/setup.sh; needed only here)
+    with open(os.path.join(os.path.dirname(HERE), "docs", "schemas", "peers.schema.json")) as f:
+        jsonschema.validate(out, json.load(f), cls=jsonschema.Draft202012Validator)
     tmp = a.out + f".tmp.{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(out, f, indent=1)

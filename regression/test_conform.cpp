@@ -17,9 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <tuple>
 
 namespace mfsdp {
 namespace {
@@ -185,6 +188,91 @@ TEST(Conform, HeadersThatDisagreeNameTheField) {
   h["world_size"] = 2.0;
   write_dump(d.path() + "/float", 2, false, {}, h);
   EXPECT_EQ(header_difference(read_trajectory(d.path() + "/ref"), read_trajectory(d.path() + "/float")), "");
+}
+
+// Each header field a run is judged by is compared by name (the list is spelled out here, not
+// read from kComparedFields, so a field dropped from that list fails): runs under different
+// schedules, seeds, clipping thresholds... are not comparable.
+TEST(Conform, EveryComparedHeaderFieldIsCompared) {
+  TempDir d("conform_fields");
+  write_dump(d.path() + "/ref", 1);
+  const std::vector<std::pair<std::string, nlohmann::json>> edits = {
+      {"model", {{"name", "other"}}},          {"optimizer", {{"matrix", "adamw"}}}, {"world_size", 3},
+      {"precision", {{"param_dtype", "bf16"}}}, {"seed", 1},                        {"data", {{"batch", 2}}},
+      {"max_norm", 1.0},                        {"lr_schedule", {{"kind", "wsd"}}}};
+  for (const auto& [field, value] : edits) {
+    nlohmann::json h = synthetic_header();
+    h[field] = value;
+    if (field == "world_size") h["mesh"] = mesh_json(1, 3, "replicated");
+    const std::string dir = d.path() + "/" + field;
+    write_dump(dir, 1, false, {}, h);
+    EXPECT_EQ(header_difference(read_trajectory(d.path() + "/ref"), read_trajectory(dir)).rfind(field, 0), 0u) << field;
+  }
+}
+
+// ULPs are counted on the sign-aware line: +x and -x are about 2^31 apart, never within a small
+// max_ulp; +0 and -0 are 1 apart. Where several entries cover a value, the first is named.
+TEST(Conform, UlpsCrossZeroAndTheFirstCoveringEntryIsNamed) {
+  TempDir d("conform_sign");
+  write_dump(d.path() + "/ref", 1);
+  write_dump(d.path() + "/flip", 1, false, [](int64_t s, TrajectoryStep&, ParamMap& p) {
+    if (s == 1) p.at("a.weight").data_ptr<float>()[3] *= -1;
+  });
+  const std::string file = d.path() + "/tol.json";
+  write_file_atomic(file, R"({"entries": [
+      {"name": "wide", "reason": "the first entry", "max_ulp": 1000},
+      {"name": "wider", "reason": "the second, covering too", "max_ulp": 100000}]})");
+  const ConformReport flip = compare_dirs(d.path() + "/ref", d.path() + "/flip", file);
+  ASSERT_TRUE(flip.first_difference);
+  EXPECT_GT(flip.first_difference->max_ulp, uint64_t{1} << 30);
+  EXPECT_FALSE(flip.within());
+
+  write_dump(d.path() + "/zero", 1, false, [](int64_t s, TrajectoryStep&, ParamMap& p) {
+    if (s != 1) return;
+    p.at("a.weight").data_ptr<float>()[0] = -0.0f;  // the reference's element 0 is +0
+    p.at("a.weight").data_ptr<float>()[5] = next_after(next_after(p.at("a.weight").data_ptr<float>()[5]));
+  });
+  const ConformReport zero = compare_dirs(d.path() + "/ref", d.path() + "/zero", file);
+  ASSERT_TRUE(zero.first_difference);
+  EXPECT_EQ(zero.first_difference->max_ulp, 2u);
+  EXPECT_TRUE(zero.within());
+  EXPECT_EQ(zero.first_difference->entry, "wide");
+  EXPECT_EQ(zero.entry_uses.count("wider"), 0u);
+}
+
+// A tolerance's `tensors` pattern is matched by RE2, in time linear in the name: patterns that
+// backtrack exponentially (or recurse per character) in std::regex return at once, and a tensor
+// name longer than the reader's limit is refused naming its length.
+TEST(Conform, TensorPatternsMatchInLinearTimeAndLongNamesAreRefused) {
+  TempDir d("conform_regex");
+  auto with = [](const std::string& name, bool differ) {
+    return [name, differ](int64_t s, TrajectoryStep&, ParamMap& p) {
+      p[name] = at::full({4}, 1.0f + static_cast<float>(s));
+      if (differ && s == 1) p[name].data_ptr<float>()[2] = next_after(p[name].data_ptr<float>()[2]);
+    };
+  };
+  const std::string evil = std::string(34, 'a') + "b";  // (a+)+$ backtracks 2^34 ways before failing
+  const std::string long_name = std::string(1000, 'a');
+  for (const auto& [name, pattern, covered] :
+       {std::tuple{evil, std::string("(a+)+$"), false}, std::tuple{long_name, std::string("(a|b)*"), true},
+        std::tuple{long_name, std::string(".*"), true}}) {
+    write_dump(d.path() + "/ref", 1, false, with(name, false));
+    write_dump(d.path() + "/cand", 1, false, with(name, true));
+    const std::string file = d.path() + "/tol.json";
+    write_file_atomic(file, nlohmann::json{{"entries", {{{"name", "p"}, {"reason", "r"}, {"tensors", pattern}, {"max_ulp", 1}}}}}.dump());
+    const auto t0 = std::chrono::steady_clock::now();
+    const ConformReport r = compare_dirs(d.path() + "/ref", d.path() + "/cand", file);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0) << pattern;
+    EXPECT_EQ(r.within(), covered) << pattern;
+    std::filesystem::remove_all(d.path() + "/ref");
+    std::filesystem::remove_all(d.path() + "/cand");
+  }
+  write_dump(d.path() + "/huge", 1, false, with(std::string(300000, 'a'), false));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_NE(error_of([&] { read_trajectory(d.path() + "/huge"); compare_dirs(d.path() + "/huge", d.path() + "/huge"); })
+                .find("a tensor name of 300000 bytes (at most 1024)"),
+            std::string::npos);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
 }
 
 // Every kind of broken dump is refused with a message naming the dump, the step and what is wrong.

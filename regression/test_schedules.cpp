@@ -61,6 +61,12 @@ TEST(LrLambda, TheDefaultDecayIsResolvedOnceAndThenIndependentOfSteps) {
   EXPECT_EQ(*twenty.decay_steps, 18);
   EXPECT_EQ(*resolve_decay_steps(ten, 20).decay_steps, 8);
   EXPECT_EQ(*resolve_decay_steps(schedule(LrScheduleKind::wsd, 5, 10, std::nullopt, 0), 3).decay_steps, 1);
+  // wsd's default decay is what is left after the warm-up and the stable phase (not after the
+  // warm-up alone: 20 - 2 - 3, not 18), and its λ reaches the floor at the run's last step.
+  const LrSchedule wsd = resolve_decay_steps(schedule(LrScheduleKind::wsd, 2, 3, std::nullopt, 0.25), 20);
+  EXPECT_EQ(*wsd.decay_steps, 15);
+  EXPECT_EQ(lr_lambda(wsd, 19), 0.25 + 0.75 * (1.0 - 14.0 / 15.0));
+  EXPECT_EQ(lr_lambda(wsd, 20), 0.25);
   int64_t taken = -1;
   const LrSchedule back = lr_schedule_from_json(lr_schedule_to_json(ten, 6), &taken);
   EXPECT_EQ(taken, 6);

@@ -34,6 +34,7 @@ declare -A debs=(
   [nlohmann-json3-dev]=/usr/include/nlohmann/json.hpp
   [libcli11-dev]=/usr/include/CLI/CLI.hpp
   [libgloo-dev]=/usr/include/gloo/rendezvous/store.h
+  [libre2-dev]=/usr/include/re2/re2.h
   [python3-venv]=/usr/share/doc/python3-venv
 )
 missing=()
@@ -120,6 +121,16 @@ for extra in ${MFSDP_EXTRAS:-}; do
       } ;;
     *) die "MFSDP_EXTRAS: unknown extra '$extra' (known: deepspeed, torchtitan)" ;;
   esac
+done
+
+# JSON Schema validation of every JSON output (docs/schemas/, test cli.output_schemas), pinned
+# with its dependencies; --no-deps so nothing else moves.
+for spec in "jsonschema==4.23.0" "attrs==26.1.0" "jsonschema-specifications==2025.9.1" "referencing==0.37.0" \
+            "rpds-py==2026.9.1"; do
+  "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('${spec%%==*}') == '${spec#*==}'" 2>/dev/null || {
+    say "installing into $venv: $spec"
+    "$venv/bin/pip" install -q --no-deps "$spec" || die "pip could not install $spec; run: $venv/bin/pip install --no-deps $spec"
+  }
 done
 
 # The covering-array generator the designed grid is made with (regression/grid/design.py; the

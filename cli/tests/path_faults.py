@@ -313,6 +313,14 @@ def main():
                  [b[1].splitlines()[0]] if b[0] == 0 and untimed(a[1]) == untimed(b[1]) else ["(differs from %s)" % same_as])
         for value in ["0x10", "0b1", "0o7"]:
             case("flags", "base/" + value, ["train", "--steps", value], S, S, 2, ["must be a decimal integer, got " + value])
+        # Unsigned options too (--seed is a uint64): 0x10 refused, 010 is ten (its first loss is
+        # seed 10's, not seed 8's).
+        case("flags", "base/--seed 0x10", ["train", "--seed", "0x10", "--steps", "1"], S, S, 2, ["must be a decimal integer, got 0x10"])
+        if not ONLY or ONLY == "flags":
+            loss = lambda seed: re.findall(r"loss ([0-9.]+)", run(["train", "-w", "1", "--steps", "1", "--seed", seed], S)[1])[:1]
+            ten, octal, eight = loss("10"), loss("010"), loss("8")
+            case("flags", "decimal/--seed 010", ["train", "-w", "1", "--steps", "1", "--seed", "010"], S, S, 0,
+                 ["loss " + ten[0]] if ten and octal == ten and ten != eight else ["(seed 010 trains as seed %s)" % ("8" if octal == eight else "?")])
         for cmd in [["train", "--resume-from"], ["train", "--data"], ["train", "--metrics"], ["train", "--checkpoint-dir"],
                     ["export", "ck", "--out"], ["dashboard", "result.json", "-o"], ["plan", "-w", "2", "--model"],
                     ["simulate", "--model", "tiny", "-w", "2", "--profile"], ["checkpoint", "inspect"]]:

@@ -21,6 +21,10 @@ namespace mfsdp {
 namespace {
 
 constexpr int64_t kMaxHeaderBytes = 100 << 20;  // as the Python library
+// A tensor's name: far above any model's (the longest here are optimizer-state names of about 80
+// bytes), and short enough that nothing downstream (a tolerance pattern, a report) meets a
+// pathological one.
+constexpr size_t kMaxTensorNameBytes = 1024;
 
 struct Fd {
   int fd = -1;
@@ -124,6 +128,8 @@ SafetensorsHeader parse_safetensors_header(const std::string& path, int64_t size
       }
       continue;
     }
+    TORCH_CHECK(name.size() <= kMaxTensorNameBytes, "safetensors: '", path, "': a tensor name of ", name.size(),
+                " bytes (at most ", kMaxTensorNameBytes, "), starting '", name.substr(0, 40), "'");
     const auto bad = [&](const std::string& what) { TORCH_CHECK(false, "safetensors: '", path, "', tensor '", name, "': ", what); };
     if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets")) bad("needs dtype, shape and data_offsets");
     if (!v["dtype"].is_string()) bad("dtype is not a string");

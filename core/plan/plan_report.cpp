@@ -78,10 +78,10 @@ nlohmann::ordered_json plan_report_json(const PlanReport& r) {
     j["expert_ranges"] = ranges;
   }
   j["units"] = r.plan.units().size();
-  j["r.plan_seconds"] = r.plan_seconds;
+  j["plan_seconds"] = r.plan_seconds;
   j["usage"] = to_json(r.usage);
   if (r.recommend) j["recommend"] = *r.recommend;
-return j;
+  return j;
 }
 
 // The optimizer the plan is costed for, with its Newton–Schulz variant and steps when not the default.
