@@ -11,6 +11,13 @@
 #   mfsdp_discovered_test_properties(hsdp_tests MATCH "^Meshes/" EXCLUDE "/R2xS2_" LABELS exhaustive)
 function(mfsdp_discovered_test_properties target)
   cmake_parse_arguments(A "" "MATCH;EXCLUDE;COST;ENVIRONMENT" "LABELS" ${ARGN})
+  # ctest runs the directory's include files in order: properties set before the target's
+  # discovered tests are added reach no test (the grid's quick rows were lost that way).
+  get_property(_discovered TARGET ${target} PROPERTY CTEST_DISCOVERED_TEST_COUNTER)
+  if(NOT _discovered)
+    message(FATAL_ERROR "mfsdp_discovered_test_properties(${target} ...) comes before gtest_discover_tests(${target}): "
+                        "move it after, or its properties reach no test")
+  endif()
   if(NOT A_MATCH)
     set(A_MATCH ".")
   endif()

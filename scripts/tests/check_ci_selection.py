@@ -11,20 +11,38 @@ without the labels exhaustive, fresh_seeds or optional_peers), the counts the do
   - every row of both designed arrays in CI (`Array/GridRow.*`, `Array/RuntimeGridRow.*`), none in
     exhaustive; the runtime grid's whole product only in exhaustive;
   - the shorter kill loop and fuzz run in CI, the longer ones outside;
-  - no test of label quick outside CI (quick is a subset of what CI runs).
+  - no test of label quick outside CI (quick is a subset of what CI runs);
+  - the quick label is docs/testing.md's table "What `quick` holds": each row's count and TIMEOUT,
+    every quick test in exactly one row.
 
-usage: check_ci_selection.py BUILD_DIR GRID_ARRAY RUNTIME_ARRAY
+usage: check_ci_selection.py BUILD_DIR GRID_ARRAY RUNTIME_ARRAY [TESTING_MD]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 
 OUTSIDE_CI = {"exhaustive", "fresh_seeds", "optional_peers"}
 
 
+def quick_table(path):
+    """docs/testing.md's rows under "What `quick` holds": (kind, binary or name regex, count, all,
+    TIMEOUT). A regex's '|' is written '\\|' there (a table cell)."""
+    rows, inside = [], False
+    for line in open(path):
+        if line.startswith("#"):
+            inside = "What `quick` holds" in line
+            continue
+        m = re.match(r"\| (binary|names) `((?:[^`])+)`[^|]*\| (all )?([0-9]+) \| ([0-9]+) \|$", line.strip()) if inside else None
+        if m:
+            rows.append((m[1], m[2].replace("\\|", "|"), int(m[4]), bool(m[3]), float(m[5])))
+    return rows
+
+
 def main():
     build, grid_array, runtime_array = sys.argv[1:4]
+    testing_md = sys.argv[4] if len(sys.argv) > 4 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "testing.md")
     out = subprocess.run(["ctest", "--test-dir", build, "-N", "--show-only=json-v1"], check=True,
                          capture_output=True, text=True).stdout
     tests = []
@@ -62,25 +80,36 @@ def main():
         expect(f"{name} in CI", name in in_ci, True)
     for name in ("regression.kill_loop_50", "fuzz.checkpoint_readers_asan_40000"):
         expect(f"{name} outside CI", name in outside, True)
-    # The suites docs/testing.md and docs/conformance.md call quick, by their test binary: every test
-    # of each carries the label and its binary's TIMEOUT (a list passed as gtest_discover_tests(...
-    # LABELS "a;quick" TIMEOUT t) kept only its first word and lost the TIMEOUT).
+    # The quick label against docs/testing.md's table "What `quick` holds": every quick test in
+    # exactly one row, each row's count and TIMEOUT (a list passed as gtest_discover_tests(...
+    # LABELS "a;quick" TIMEOUT t) kept only its first word and lost the TIMEOUT; properties set
+    # before the tests were discovered reached none).
     binary_of, timeout_of = {}, {}
     for t in json.loads(out)["tests"]:
         name = t["name"].split("  #")[0]
         binary_of[name] = os.path.basename(t.get("command", [""])[0])
         timeout_of[name] = next((p["value"] for p in t.get("properties", []) if p["name"] == "TIMEOUT"), None)
-    for binary, timeout in (("conform_tests", 300), ("collective_record_tests", 300), ("group_stress_tests", 120)):
-        named = [n for n, _ in tests if binary_of[n] == binary]
-        if not named:
-            problems.append(f"no test runs {binary} (the docs call its tests quick)")
-        for n, l in tests:
-            if binary_of[n] != binary:
-                continue
-            if "quick" not in l:
-                problems.append(f"{n} ({binary}) is not labelled quick, which the docs say it is")
+    rows = quick_table(testing_md)
+    if not rows:
+        problems.append(f"{testing_md}: no table under 'What `quick` holds'")
+    quick = [n for n, l in tests if "quick" in l]
+    claimed = {n: [] for n in quick}
+    for kind, key, count, every, timeout in rows:
+        if kind == "binary":
+            of_binary = [n for n, _ in tests if binary_of[n] == key]
+            matched = [n for n in quick if binary_of[n] == key]
+            if every and len(matched) != len(of_binary):
+                problems.append(f"binary {key}: {len(matched)} of its {len(of_binary)} tests are quick; the docs say all")
+        else:
+            matched = [n for n in quick if re.search(key, n)]
+        expect(f"quick tests of {kind} {key}", len(matched), count)
+        for n in matched:
+            claimed[n].append(f"{kind} {key}")
             if timeout_of[n] != timeout:
-                problems.append(f"{n} ({binary}) has TIMEOUT {timeout_of[n]}, its CMakeLists gives {timeout}")
+                problems.append(f"{n} ({kind} {key}) has TIMEOUT {timeout_of[n]}, the docs say {timeout}")
+    for n, where in claimed.items():
+        if len(where) != 1:
+            problems.append(f"quick test {n} is in {len(where)} rows of the docs' table ({'; '.join(where) or 'none'})")
     for n, l in tests:
         if "quick" in l and l & OUTSIDE_CI:
             problems.append(f"{n} is labelled quick but is left out of CI ({', '.join(sorted(l))})")
