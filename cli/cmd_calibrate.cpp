@@ -20,7 +20,7 @@ struct CalibrateArgs {
 };
 
 int run_calibrate(const CalibrateArgs& a) {
-  check_output_path(a.out, "calibrate: --out");  // before the measuring, not after it
+  check_output_flag("calibrate", a.out, "--out");  // before the measuring, not after it
   const HardwareProfile p = calibrate_this_machine(a.options, [](const std::string& line) { std::printf("%s\n", line.c_str()); });
   write_file_atomic(a.out, hardware_profile_to_json(p));
   std::printf("calibrate: wrote %s\n", a.out.c_str());

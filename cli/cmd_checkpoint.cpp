@@ -17,7 +17,7 @@ struct ExportArgs {
 
 int run_export(const ExportArgs& a) {
   const std::string dir = resolve_checkpoint(a.checkpoint);
-  check_output_path(a.out, "export: --out");  // not inside the checkpoint, not a link
+  check_output_flag("export", a.out, "--out");  // not inside the checkpoint, not a link
   export_model(dir, a.out);
   std::printf("export: %s -> %s\n", dir.c_str(), a.out.c_str());
   return kExitOk;

@@ -64,11 +64,13 @@ int run_conform(const ConformArgs& a) {
   TrajectoryDump ref, cand;
   ConformReport report;
   try {
-    if (!a.json.empty()) check_output_path(a.json, "--json");
     tol = parse_tolerance(a.tolerance);
     ref = read_trajectory(a.reference);
     cand = read_trajectory(a.candidate);
-    // The report never lands inside a dump (it would replace or add to what is being compared).
+    // After the inputs are read, so that a report aimed at one of them (the tolerance file) is
+    // refused here, before anything is compared; and never inside a dump (it would replace or add
+    // to what is being compared).
+    if (!a.json.empty()) check_output_path(a.json, "--json");
     if (!a.json.empty())
       for (const std::string& dir : {a.reference, a.candidate})
         TORCH_CHECK(!file_lands_in(a.json, dir), "--json: '", a.json, "' is inside the dump '", dir,

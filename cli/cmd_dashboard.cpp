@@ -19,7 +19,7 @@ struct DashboardArgs {
 int run_dashboard(const DashboardArgs& a) {
   std::vector<nlohmann::json> results;
   for (const std::string& p : a.results) results.push_back(load_dashboard_input(p));
-  check_output_path(a.out, "dashboard: --out");  // after the inputs were read: never one of them
+  check_output_flag("dashboard", a.out, "--out");  // after the inputs were read: never one of them
   const std::string html = render_dashboard(results, a.results);
   write_file_atomic(a.out, html);
   std::printf("dashboard: %s (%zu result file(s), %zu bytes)\n", a.out.c_str(), results.size(), html.size());

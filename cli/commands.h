@@ -48,6 +48,10 @@ inline UsageError usage_error(const std::string& command, const std::string& mes
   return UsageError(message.rfind(prefix, 0) == 0 ? message : prefix + message);
 }
 
+// An output flag checked up front (core/util/files.h check_output_path): a refusal is a mistake
+// of the command line, exit 2 in every command (docs/files.md).
+void check_output_flag(const std::string& command, const std::string& path, const std::string& flag);
+
 // A seed: an unsigned 64-bit integer. CLI11 would wrap "-1" to 2^64 - 1; this refuses a sign.
 inline CLI::Validator seed_validator() {
   return CLI::Validator(

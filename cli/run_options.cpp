@@ -5,6 +5,7 @@
 #include "core/dist/mesh.h"
 #include "core/optim/optim.h"
 #include "core/plan/presets.h"
+#include "core/util/files.h"
 #include "core/util/units.h"
 
 #include <c10/util/Exception.h>
@@ -192,6 +193,14 @@ void check_model_fits(const TransformerConfig& model, int64_t copies, const std:
               human_bytes(static_cast<int64_t>(need)), " for parameters, gradients and optimizer state", copies > 1 ? " (" : "",
               copies > 1 ? std::to_string(copies) + " whole copies)" : "", ", more than the ",
               human_bytes(available_kib * 1024), " this machine has available; make it smaller");
+}
+
+void check_output_flag(const std::string& command, const std::string& path, const std::string& flag) {
+  try {
+    check_output_path(path, flag);
+  } catch (const c10::Error& e) {
+    throw usage_error(command, e.what_without_backtrace());
+  }
 }
 
 }  // namespace mfsdp::cli

@@ -49,14 +49,15 @@ void add_step_options(CLI::App* cmd, StepArgs& a, int min_steps) {
   cmd->add_option("--batch", a.batch, "Sequences per rank per micro-batch (a step has --grad-accum of them)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--seq", a.seq, "Tokens per sequence")->check(CLI::Range(1, 8192));
-  cmd->add_option("--grad-accum", a.grad_accum,
+  CLI::Option* grad_accum = cmd->add_option("--grad-accum", a.grad_accum,
                   "Gradient accumulation: micro-batches per step, each its own token-mean loss; the step's gradient is "
                   "their sum over micro-batches and ranks divided once by W K (default 1)")
       ->check(CLI::Range(1, kMaxGradAccum));
   add_enum_option(cmd, "--grad-reduce", a.grad_reduce, kGradReduceNames,
                   "With --grad-accum, the order micro-batches' gradients are added in (per-microbatch: each reduced to "
                   "the owners, who add the sums; deferred: each rank adds its own in fp32 and reduces once, more memory "
-                  "and fewer collectives)");
+                  "and fewer collectives)")
+      ->needs(grad_accum);  // alone it would change nothing, silently
   cmd->add_option("--max-norm", a.max_norm,
                   "Global gradient-norm clipping, as torch's clip_grad_norm_: every gradient scaled by "
                   "min(1, X / (norm + 1e-6)), the norm over all parameters' mean gradients logged every step (finite, > 0; "

@@ -397,6 +397,35 @@ TEST(Reduction, Bf16ContributionsAccumulateInFloat32InRankOrderAndDivideOnce) {
   EXPECT_FALSE(bitwise_equal(got, each)) << "dividing each contribution is not seen";
 }
 
+// MoE routing picks by a stable descending sort: equal router scores go to the lower expert. With
+// every router weight zero each token's scores tie exactly (1/E each), so each token must pick
+// experts 0 .. top_k - 1 and only those get gradients (a top-k by partial selection, or an unstable
+// sort, may pick others among ties; bf16 router scores tie often).
+TEST(MoeRouting, TiedScoresPickTheLowestExperts) {
+  TransformerConfig config = tiny();
+  config.experts = 6, config.top_k = 2, config.moe_intermediate = 16;
+  const TransformerModel model(config);
+  const ByteCorpus corpus = ByteCorpus::load();
+  auto [tokens, targets] = corpus.batch(3, 0, 0, 2, 16);
+  ParamMap p;
+  for (auto& [name, v] : model.init(7)) {
+    if (name.find("moe.router") != std::string::npos) v.zero_();
+    p.emplace(name, v.set_requires_grad(true));
+  }
+  const at::Tensor loss = model.loss(tokens, targets, p);
+  std::vector<at::Tensor> inputs;
+  std::vector<std::string> names;
+  for (auto& [name, v] : p)
+    if (name.find("moe.experts.gate") != std::string::npos) inputs.push_back(v), names.push_back(name);
+  ASSERT_FALSE(inputs.empty());
+  const auto grads = torch::autograd::grad({loss}, inputs);
+  for (size_t i = 0; i < grads.size(); ++i)
+    for (int64_t e = 0; e < config.experts; ++e) {
+      const bool touched = grads[i].select(0, e).abs().sum().item<float>() > 0;
+      EXPECT_EQ(touched, e < config.top_k) << names[i] << ": expert " << e;
+    }
+}
+
 // What stays float32 under a bf16 compute dtype (docs/precision.md): RMSNorm's normalisation, the
 // attention softmax and the loss; each is checked against its float32 formula and seen to differ
 // from the all-bf16 one. Unit outputs are bf16, float32 with an output dtype, and that cast

@@ -214,6 +214,15 @@ TEST(JsonLimits, DepthIsRefusedBeforeParsingAndStringsDoNotCount) {
             std::string::npos);
   EXPECT_EQ(error_text([&] { check_json_depth(std::string(64, '{'), "x"); }), "");
   EXPECT_NE(error_text([&] { check_json_depth(std::string(65, '{'), "x"); }), "");
+  // An escaped quote does not end a string: brackets after it inside the string never count, and
+  // a deep value after such a string is still counted (a scan that ends the string at \" lets the
+  // next quote open a "string" that hides it). An escaped backslash ends before the quote.
+  const std::string brackets = std::string(100, '['), closes = std::string(100, ']');
+  EXPECT_EQ(parse_json("{\"a\": \"x\\\"" + brackets + "\"}", "spec")["a"].get<std::string>(), "x\"" + brackets);
+  for (const std::string& before : {std::string("\"\\\"\""), std::string("\"\\\\\"")}) {  // "\"" and "\\"
+    const std::string text = "{\"a\": " + before + ", \"b\": " + brackets + closes + "}";
+    EXPECT_NE(error_text([&] { check_json_depth(text, "x"); }).find("nested deeper than 64"), std::string::npos) << text;
+  }
 }
 
 // Last: turns on the process-wide input guard for the rest of this binary.
