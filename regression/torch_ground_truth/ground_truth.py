@@ -28,11 +28,13 @@ token mean, the micro-batches' gradients added in the order of the mode (per mic
 micro-batch's rank-order sum, added over micro-batches; deferred: each rank's micro-batches added
 in float32, then the rank-order sum), divided once by W K (docs/accumulation.md).
 
-The same again with global gradient-norm clipping (`mfsdp train --max-norm 0.5`, fp32 at W = 3,
-with 4 per-micro-batch micro-batches at W = 2, bf16 with 2 deferred micro-batches at W = 3, and
-experts at W = 3): torch.nn.utils.get_total_norm of the mean gradients in the model's parameter
-order, then clip_grads_with_norm_; every step's norm before clipping bit for bit besides losses,
-parameters and state.
+The same again with global gradient-norm clipping (`mfsdp train --max-norm X`, fp32 at W = 3 at
+0.3, with 4 per-micro-batch micro-batches at W = 2 at 0.5, bf16 with 2 deferred micro-batches at
+W = 3 at 0.3, and experts at W = 3 at 0.5): torch.nn.utils.get_total_norm of the mean gradients in
+the model's parameter order, then clip_grads_with_norm_; every step's norm before clipping bit for
+bit besides losses, parameters and state. 0.3 is not a power of two, so torch's spelling of the
+coefficient, (total + 1e-6).reciprocal() * max_norm, and a true division round differently there
+(at 0.5 they agree): the fp32 run at 0.3 fails with the division planted.
 
 The same again under learning-rate schedules (`mfsdp train --lr-schedule warmup-cosine
 --warmup-steps 1 --decay-steps 2 --min-lr-ratio 0.1` at W = 3, wsd at W = 2): torch's LambdaLR over
@@ -579,7 +581,7 @@ def main():
     ap.add_argument("--accum", default="fp32:3:4:per-microbatch,fp32:2:4:deferred,bf16:3:4:deferred",
                     help=f"gradient-accumulation runs as precision:W:K:order (K micro-batches of {BATCH} / K sequences: "
                          "the tokens of the plain runs)")
-    ap.add_argument("--clip", default="fp32:3:0.5,fp32:2:0.5:4:per-microbatch,bf16:3:0.5:2:deferred,fp32:3:0.5:moe",
+    ap.add_argument("--clip", default="fp32:3:0.3,fp32:2:0.5:4:per-microbatch,bf16:3:0.3:2:deferred,fp32:3:0.5:moe",
                     help="clipping runs as precision:W:MAX_NORM[:K:order | :moe] (torch.nn.utils.get_total_norm and "
                          "clip_grads_with_norm_ on the mean gradients, after accumulation)")
     ap.add_argument("--recompute", default="fp32:3,bf16:2",
