@@ -44,6 +44,10 @@ schedule of torch_ground_truth_dump's table over 300 steps: the learning rates L
 those mfsdp steps with, bit for bit; torch's recursive LinearLR / CosineAnnealingLR (in a
 SequentialLR after the warm-up) are only measured against them, within SCHEDULE_RECURSIVE_ULP.
 
+The same again under QK-clip (`--qk-clip-tau 0.1`: fp32 at W = 3, bf16 at W = 2, and fp32 at W = 3
+with 2 per-micro-batch micro-batches, whose statistic is the largest logit over both; a statistic
+reset before each micro-batch fails that run's logits, losses, parameters and state).
+
 The same again with activation checkpointing (`mfsdp train --activation-checkpointing`, fp32 at W = 3
 and bf16 at W = 2): mfsdp recomputes each block in backward and PyTorch stores its activations;
 losses, parameters and state bit for bit (recompute changes no value).
@@ -586,9 +590,9 @@ def main():
                          "clip_grads_with_norm_ on the mean gradients, after accumulation)")
     ap.add_argument("--recompute", default="fp32:3,bf16:2",
                     help="activation-checkpointing runs as precision:W (mfsdp recomputes, PyTorch stores: the same values)")
-    ap.add_argument("--qk", default="fp32:3:0.1,bf16:2:0.1",
-                    help="QK-clip runs as precision:W:TAU (each head's largest logit MAX-reduced over the gloo group, then "
-                         "MuonClip's rule on q and k after the update)")
+    ap.add_argument("--qk", default="fp32:3:0.1,bf16:2:0.1,fp32:3:0.1:2:per-microbatch",
+                    help="QK-clip runs as precision:W:TAU[:K:order] (each head's largest logit over the step's micro-batches, "
+                         "MAX-reduced over the gloo group, then MuonClip's rule on q and k after the update)")
     ap.add_argument("--schedule", default="fp32:3:warmup-cosine:1:0:2:0.1,fp32:2:wsd:1:1:1:0.1",
                     help="learning-rate schedule runs as precision:W:KIND:WARMUP:STABLE:DECAY:MIN_RATIO (LambdaLR)")
     args = ap.parse_args()
@@ -625,7 +629,7 @@ def main():
         runs.append((f[0], int(f[1]), False, False, None, None, (f[2], int(f[3]), int(f[4]), int(f[5]), float(f[6])), None))
     for t in filter(None, args.qk.split(",")):
         f = t.split(":")
-        runs.append((f[0], int(f[1]), False, False, None, None, None, float(f[2])))
+        runs.append((f[0], int(f[1]), False, False, (int(f[3]), f[4]) if len(f) == 5 else None, None, None, float(f[2])))
     jobs = [Job(W, "rank_order", precision, tied, moe, accum, clip, schedule, qk)
             for precision, W, tied, moe, accum, clip, schedule, qk in runs]
     if 3 in world_sizes and "fp32" in args.precisions.split(","):
