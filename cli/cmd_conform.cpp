@@ -11,20 +11,10 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
-#include <sys/stat.h>
-
 #include <cstdio>
 
 namespace mfsdp::cli {
 namespace {
-
-// Whether the directory that would hold `file` is `dir` itself (the same inode, any spelling).
-bool file_lands_in(const std::string& file, const std::string& dir) {
-  const size_t slash = file.find_last_of('/');
-  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
-  struct stat a {}, b {};
-  return ::stat(parent.c_str(), &a) == 0 && ::stat(dir.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
-}
 
 struct ConformArgs {
   std::string reference, candidate;
@@ -70,11 +60,12 @@ int run_conform(const ConformArgs& a) {
     // After the inputs are read, so that a report aimed at one of them (the tolerance file) is
     // refused here, before anything is compared; and never inside a dump (it would replace or add
     // to what is being compared).
-    if (!a.json.empty()) check_output_path(a.json, "--json");
-    if (!a.json.empty())
+    if (!a.json.empty()) {
       for (const std::string& dir : {a.reference, a.candidate})
         TORCH_CHECK(!file_lands_in(a.json, dir), "--json: '", a.json, "' is inside the dump '", dir,
                     "'; write the report elsewhere");
+      check_output_path(a.json, "--json");
+    }
     const std::string d = header_difference(ref, cand);
     if (!d.empty())
       throw usage_error("conform", "the headers disagree, so the runs are not comparable: " + d + " (" + a.reference + " vs " +

@@ -73,6 +73,9 @@ void check_inputs(const TrainArgs& a, const TrainConfig& c) {
   check_model_fits(c.model, c.placement == Placement::ddp ? launched_world_size(a.world_size) : 1, "train");
   check_corpus(a.data, c.seq, "train: --data");
   if (!a.metrics.empty()) check_output_path(a.metrics, "train: --metrics");  // after the inputs: never one of them
+  // The dump's directory must stay empty until the dump writes it.
+  TORCH_CHECK(a.metrics.empty() || a.dump_trajectory.empty() || !file_lands_in(a.metrics, a.dump_trajectory), "train: --metrics: '",
+              a.metrics, "' is inside --dump-trajectory '", a.dump_trajectory, "' (the dump's directory holds only the dump); write it elsewhere");
   if (!a.resume_from.empty()) TORCH_CHECK(path_exists(a.resume_from), "train: --resume-from: '", a.resume_from, "' does not exist");
 }
 

@@ -313,6 +313,16 @@ def main():
         with_layout("vocab-negative", resealed(["model", "vocab"], -3), ["vocab", "not a positive integer"])
         with_layout("step-unlike-directory", resealed(["step"], 7), ["says step 7 but its directory is"])
         with_layout("shard-group-unlike-plan", resealed(["mesh", "shard_group"], 3), ["shard_group", "differs from the plan's world size"])
+        # A re-sealed schedule record outside its rules: refused by every reader (inspect accepted
+        # it, and training stopped with a libtorch backtrace naming a command-line flag).
+        for name, record, expect in [
+                ("kind-unknown", {"kind": "bogus", "warmup_steps": 0, "steps_taken": 1}, ["lr_schedule", "bogus"]),
+                ("decay-zero", {"kind": "warmup-cosine", "warmup_steps": 0, "decay_steps": 0, "min_lr_ratio": 0.0, "steps_taken": 1},
+                 ["lr_schedule", "decay_steps must be at least 1"]),
+                ("ratio-two", {"kind": "warmup-cosine", "warmup_steps": 0, "decay_steps": 2, "min_lr_ratio": 2.0, "steps_taken": 1},
+                 ["lr_schedule", "min_lr_ratio must be a number in [0, 1]"]),
+                ("taken-negative", {"kind": "constant", "warmup_steps": 0, "steps_taken": -1}, ["lr_schedule", "steps_taken -1"])]:
+            with_layout("lr-schedule-" + name, resealed(["lr_schedule"], record), expect)
 
         # ---- flags: integers are decimal, paths are never empty.
         for flags, same_as in [(["-w", "010"], ["-w", "10"]), (["-w", "+4"], ["-w", "4"])]:

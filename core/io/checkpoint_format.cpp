@@ -1,5 +1,6 @@
 #include "core/io/checkpoint_format.h"
 
+#include "core/optim/lr_schedule.h"
 #include "core/plan/plan_json.h"
 #include "core/plan/planner.h"
 #include "core/plan/precision.h"
@@ -287,7 +288,10 @@ CheckpointLayout parse_layout(const std::string& text, const std::string& path) 
   } else {
     L.precision = precision_to_json(PrecisionPolicy{});
   }
-  if (j.contains("lr_schedule")) L.lr_schedule = f.object("lr_schedule");  // checked where it is used (train_loop)
+  if (j.contains("lr_schedule")) {  // checked here, so inspect and every reader refuse what training would
+    L.lr_schedule = f.object("lr_schedule");
+    in_context(path, f.in("lr_schedule"), [&] { return lr_schedule_from_json(L.lr_schedule, nullptr); });
+  }
   L.plan = std::make_shared<OwnershipPlan>(plan_from_json(f.object("plan"), path));
   const OwnershipPlan& plan = *L.plan;
   const int S = plan.world_size();

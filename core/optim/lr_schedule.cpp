@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
+#include <utility>
 
 namespace mfsdp {
 namespace {
@@ -114,7 +116,16 @@ LrSchedule lr_schedule_from_json(const nlohmann::json& j, int64_t* steps_taken) 
     TORCH_CHECK(j["min_lr_ratio"].is_number(), "checkpoint: lr_schedule 'min_lr_ratio' is not a number");
     s.min_lr_ratio = j["min_lr_ratio"].get<double>();
   }
-  validate(s);
+  try {
+    validate(s);
+  } catch (const c10::Error& e) {  // the same rules, named by the record's keys, not by the flags
+    std::string m = e.what_without_backtrace();
+    for (const auto& [flag, key] : {std::pair{"--warmup-steps", "warmup_steps"}, std::pair{"--stable-steps", "stable_steps"},
+                                    std::pair{"--decay-steps", "decay_steps"}, std::pair{"--min-lr-ratio", "min_lr_ratio"},
+                                    std::pair{"--lr-schedule", "kind"}})
+      for (size_t at = m.find(flag); at != std::string::npos; at = m.find(flag, at)) m.replace(at, std::strlen(flag), key);
+    TORCH_CHECK(false, "checkpoint: lr_schedule: ", m);
+  }
   const int64_t taken = *integer("steps_taken", true);
   TORCH_CHECK(taken >= 0 && taken <= kMaxScheduleSteps, "checkpoint: lr_schedule steps_taken ", taken, " is out of range");
   if (steps_taken) *steps_taken = taken;

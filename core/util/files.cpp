@@ -274,6 +274,13 @@ bool is_directory(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+bool file_lands_in(const std::string& file, const std::string& dir) {
+  const size_t slash = file.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
+  struct stat a {}, b {};
+  return ::stat(parent.c_str(), &a) == 0 && ::stat(dir.c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 void make_dirs(const std::string& path) {
   // Every prefix ending before a '/' (and the whole path), shortest first.
   for (size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {

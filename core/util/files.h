@@ -89,6 +89,8 @@ void check_empty_output_dir(const std::string& dir, const std::string& what);
 
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
+// Whether the directory that would hold `file` is `dir` itself (the same inode, any spelling).
+bool file_lands_in(const std::string& file, const std::string& dir);
 void make_dirs(const std::string& path);           // mkdir -p
 // Removes a directory of plain files (absent is fine). A symbolic link in its place, or among its
 // entries, is removed itself: nothing outside `path` is touched.
