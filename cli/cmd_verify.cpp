@@ -46,7 +46,8 @@ void report(const VerifyArgs& a, const TrainConfig& config, int world_size, cons
                              {"world_size", world_size}, {"planner", a.run.planner}, {"tail_policy", a.run.tail_policy},
                              {"optimizer", a.run.optimizer}, {"placement", a.placement},
                              {"reduce", a.run.fast ? "fast" : "deterministic"}, {"grad_accum", a.step.grad_accum},
-                             {"grad_reduce", to_string(a.step.grad_reduce)}};
+                             {"grad_reduce", to_string(a.step.grad_reduce)}, {"unshard", a.run.unshard},
+                             {"comm_groups", name_in(kCommGroupsNames, a.run.comm_groups)}};
     if (a.step.max_norm) {
       j["max_norm"] = *a.step.max_norm;
       j["grad_norm_runtime"] = v.grad_norm_runtime;

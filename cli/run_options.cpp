@@ -53,6 +53,11 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
                     "broadcast (a unit's segment broadcasts as one group) | allgather_even (the even tail's all-gather "
                     "in the same group) | per_segment (each segment's broadcast a collective of its own)")
         ->check(CLI::IsMember({"broadcast", "allgather_even", "per_segment"}));
+  if (set.unshard && set.comm_groups)
+    add_enum_option(cmd, "--comm-groups", o.comm_groups, kCommGroupsNames,
+                    "unit (each unit's unshard and reduction one group; default) | model (the whole model's unshard one "
+                    "group at the first forward, kept gathered until backward, and every reduction one group when "
+                    "backward ends: two collectives a step, DDP's memory; docs/architecture.md)");
   if (set.recompute)
     cmd->add_flag("--activation-checkpointing", o.activation_checkpointing,
                   "Recompute each transformer block in backward on its revived buffer, keeping only block inputs "
@@ -147,6 +152,14 @@ void apply_run_options(const RunOptions& o, int world_size, TrainConfig& c) {
                       : o.unshard == "per_segment"  ? UnshardStrategy::per_segment
                                                     : UnshardStrategy::broadcast;
   c.runtime.activation_checkpointing = o.activation_checkpointing;
+  c.runtime.comm_groups = o.comm_groups;
+  if (o.comm_groups == CommGroups::model) {
+    TORCH_CHECK(!o.prefetch, "--comm-groups model issues the whole unshard as one group: --prefetch has nothing to overlap");
+    TORCH_CHECK(!o.activation_checkpointing, "--comm-groups model keeps every unit gathered until its backward: "
+                "--activation-checkpointing recomputes on a revived buffer, which it never has");
+    TORCH_CHECK(o.unshard != "per_segment", "--comm-groups model issues the whole unshard as one group: --unshard "
+                "per_segment (each broadcast a collective of its own) contradicts it");
+  }
 }
 
 TransformerConfig trainable_model_config(int layers, int hidden, int heads, int intermediate) {

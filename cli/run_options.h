@@ -56,9 +56,10 @@ struct RunOptions {
   // broadcast a collective of its own). The same bits every way: a transport, not arithmetic.
   std::string unshard = "broadcast";
   bool activation_checkpointing = false;  // recompute each block in backward (docs/recompute.md)
+  CommGroups comm_groups = CommGroups::unit;  // how many units' transfers travel as one group
   std::optional<std::string> ns_variant;  // Muon's Newton–Schulz variant (core/plan/ns_variant.h); unset: torch
   std::optional<int> ns_steps;            // its iterations, for a variant without a fixed table
-  int units_gathered() const { return prefetch ? 2 : 1; }
+  int units_gathered() const { return prefetch ? 2 : 1; }  // under --comm-groups model: all of them
 };
 
 // Which of the shared options a command takes.
@@ -67,6 +68,7 @@ struct RunOptionSet {
   bool fast = true;               // --fast (not for plan: the plan does not depend on it)
   bool prefetch = true;           // --prefetch
   bool unshard = true;            // --unshard (plan prices no transport)
+  bool comm_groups = true;        // --comm-groups (simulate does not price model-wide groups)
   bool recompute = true;          // --activation-checkpointing (simulate has its own; plan models no activations)
   bool output_dtype = true;       // --output-dtype
   bool model = true;              // --tie-embeddings and the MoE options

@@ -68,6 +68,9 @@ void apply_placement(Placement placement, TrainConfig& config) {
   TORCH_CHECK(!config.runtime.activation_checkpointing || runs_on_owner_runtime(placement),
               "--activation-checkpointing: placement ", to_string(placement),
               " holds full replicas and does not recompute (owner, reconstruct and alltoall do)");
+  TORCH_CHECK(config.runtime.comm_groups == CommGroups::unit || runs_on_owner_runtime(placement),
+              "--comm-groups model: placement ", to_string(placement),
+              " holds full replicas and has no units to group (owner, reconstruct and alltoall do)");
   config.placement = placement;
   if (placement == Placement::reconstruct || placement == Placement::alltoall) {
     config.planner.rules = {{"*", Role::even_shard}};

@@ -3,6 +3,8 @@
 For each world size and model size, in interleaved rounds (every runner once per round, the order
 rotated each round), runs:
   owner              mfsdp train --placement owner --launcher processes (C++, gloo)
+  owner_model        the same with --comm-groups model (the whole model's unshard one group, its
+                     reduction another: two collectives a step; docs/architecture.md)
   ddp                peers/peer_train.py --mode ddp (DDP + torch.optim.Muon / AdamW)
   fsdp2              peers/peer_train.py --mode fsdp2 (FSDP2 + torch.optim.Muon on DTensors)
   fsdp2_reconstruct  peers/peer_train.py --mode fsdp2_reconstruct (FSDP2 + full_tensor() + NS)
@@ -31,7 +33,8 @@ SIZES = {
     "tiny": {"layers": 2, "hidden": 64, "heads": 4, "intermediate": 128},
     "h512": {"layers": 2, "hidden": 512, "heads": 8, "intermediate": 1024},
 }
-RUNNERS = ("owner", "ddp", "fsdp2", "fsdp2_reconstruct")
+RUNNERS = ("owner", "owner_model", "ddp", "fsdp2", "fsdp2_reconstruct")
+OWNER_FLAGS = {"owner": [], "owner_model": ["--comm-groups", "model"]}
 
 
 def size_flags(size):
@@ -51,10 +54,10 @@ def summary(xs):
     return {"median": percentile(xs, 0.5), "p25": percentile(xs, 0.25), "p75": percentile(xs, 0.75), "n": len(xs)}
 
 
-def run_owner(mfsdp, W, size, steps, work):
-    metrics = os.path.join(work, f"owner_w{W}_{size}.jsonl")
+def run_owner(mfsdp, runner, W, size, steps, work):
+    metrics = os.path.join(work, f"{runner}_w{W}_{size}.jsonl")
     cmd = [mfsdp, "train", "-w", str(W), "--launcher", "processes", "--placement", "owner", "--steps", str(steps),
-           "--metrics", metrics] + size_flags(size)
+           "--metrics", metrics] + OWNER_FLAGS[runner] + size_flags(size)
     code, out, rss = run_tree(cmd)
     if code != 0:
         sys.exit(f"side_by_side: {' '.join(cmd)} failed ({code}):\n{out[-3000:]}")
@@ -85,7 +88,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="steps of each run left out of the statistics")
     ap.add_argument("--world-sizes", default="2,4")
     ap.add_argument("--sizes", default="tiny,h512")
+    ap.add_argument("--runners", default=",".join(RUNNERS), help="a subset, owner first (the ratios' base)")
     a = ap.parse_args()
+    runners = tuple(a.runners.split(","))
+    if runners[0] != "owner" or not set(runners) <= set(RUNNERS):
+        sys.exit(f"side_by_side: --runners must start with owner and name only {', '.join(RUNNERS)}")
     os.makedirs(a.work, exist_ok=True)
     started = time.time()
     world_sizes = [int(w) for w in a.world_sizes.split(",")]
@@ -98,11 +105,11 @@ def main():
     for r in range(a.rounds):
         for W in world_sizes:
             for size in sizes:
-                order = RUNNERS[r % len(RUNNERS):] + RUNNERS[:r % len(RUNNERS)]
+                order = runners[r % len(runners):] + runners[:r % len(runners)]
                 for runner in order:
                     t0 = time.time()
-                    if runner == "owner":
-                        per_step, rss = run_owner(a.mfsdp, W, size, a.steps, a.work)
+                    if runner in OWNER_FLAGS:
+                        per_step, rss = run_owner(a.mfsdp, runner, W, size, a.steps, a.work)
                     else:
                         per_step, rss = run_peer(runner, W, size, a.steps, a.work)
                     s = samples.setdefault((W, size, runner), {"opt": [], "fb": [], "step": [], "rss": []})
@@ -116,7 +123,7 @@ def main():
 
     results = []
     for (W, size, runner), s in sorted(samples.items(), key=lambda kv: (kv[0][0], kv[0][1], RUNNERS.index(kv[0][2]))):
-        base = cpp_base if runner == "owner" else py_base
+        base = cpp_base if runner in OWNER_FLAGS else py_base
         peak = max(s["rss"])
         results.append({"world_size": W, "size": size, "model": SIZES[size], "runner": runner,
                         "optimizer_ms": summary(s["opt"]), "forward_backward_ms": summary(s["fb"]), "step_ms": summary(s["step"]),
@@ -128,7 +135,7 @@ def main():
     for W in world_sizes:
         for size in sizes:
             owner = by[(W, size, "owner")]
-            for peer in RUNNERS[1:]:
+            for peer in runners[1:]:
                 p = by[(W, size, peer)]
                 ratios.append({"world_size": W, "size": size, "peer": peer,
                                "optimizer_speedup": p["optimizer_ms"]["median"] / owner["optimizer_ms"]["median"],

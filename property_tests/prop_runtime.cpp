@@ -131,13 +131,19 @@ RC_GTEST_PROP(RuntimeProperties, OneStepBitMatchesTheOracle, ()) {
   // The Muon family sometimes clips q and k (QK-clip) at a threshold that may or may not bind.
   if (uses_newton_schulz(config.runtime.optimizer) && *rc::gen::inRange(0, 3) == 0)
     config.qk_clip_tau = *rc::gen::element(1e-3, 0.01, 0.05, 1.0);
+  // Sometimes the whole model's unshard and reduction one group each (the owner runtime's
+  // placements, without prefetch or recompute).
+  if (runs_on_owner_runtime(placement) && !config.runtime.prefetch && !config.runtime.activation_checkpointing &&
+      *rc::gen::inRange(0, 3) == 0)
+    config.runtime.comm_groups = CommGroups::model;
   // The drawn case in words (RapidCheck prints these with a failure; <???> alone says nothing).
   RC_LOG() << "W " << W << " = " << R << " x " << S << " " << to_string(config.runtime.step_mode) << ", "
            << to_string(config.placement) << ", " << describe_optimizer(config.runtime)
            << (config.runtime.muon.batched_ns ? " batched" : "") << ", tail "
            << to_string(config.planner.tail_policy) << ", expert_ranges " << config.planner.expert_ranges
            << (all_on_one ? ", every item on rank " + std::to_string(one) : std::string(", owners drawn"))
-           << ", prefetch " << config.runtime.prefetch << ", precision " << to_string(config.runtime.precision)
+           << ", prefetch " << config.runtime.prefetch << ", groups " << name_in(kCommGroupsNames, config.runtime.comm_groups)
+           << ", precision " << to_string(config.runtime.precision)
            << ", seq " << config.seq << ", seed " << config.seed << ", K " << config.grad_accum << " "
            << to_string(config.runtime.grad_reduce) << ", max norm " << config.runtime.max_norm << ", recompute "
            << config.runtime.activation_checkpointing << ", schedule " << describe(config.lr_schedule) << ", qk-clip tau " << config.qk_clip_tau << "; model: layers " << config.model.layers << ", heads "

@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <mutex>
 #include <sstream>
 
@@ -370,6 +371,41 @@ TEST(Groups, OneBroadcastPerSegmentBreaksTheBound) {
   std::string all;
   for (const std::string& p : problems) all += p + "\n";
   EXPECT_NE(all.find("unshard collectives (at most 2)"), std::string::npos) << all;
+}
+
+// Model-wide groups (--comm-groups model): in the backend's own log, one step's unshard is one
+// group (every unit's parts under one id) and its gradient reduction another; nothing of either
+// phase travels outside them, and no unit is revived (its second unshard).
+TEST(Groups, ModelWideGroupsAreOneCollectiveAForwardAndOneABackward) {
+  for (int W : {3, 5})
+    for (auto [unshard, reduce] : {std::pair{UnshardStrategy::broadcast, ReduceMode::deterministic},
+                                   std::pair{UnshardStrategy::allgather_even, ReduceMode::fast}}) {
+      TrainConfig c = small_config(Placement::owner);
+      c.steps = 1;
+      c.runtime.unshard = unshard, c.runtime.reduce = reduce;
+      c.runtime.comm_groups = CommGroups::model;
+      const int units = TransformerModel(c.model).num_units();
+      const auto logs = logged_run(c, W);
+      for (int r = 0; r < W; ++r) {
+        const std::string where = std::string(to_string(unshard)) + " " + to_string(reduce) + " at W=" + std::to_string(W) +
+                                  ", rank " + std::to_string(r);
+        std::set<int> unshard_groups, reduce_groups, unshard_units;
+        int ungrouped = 0;
+        for (const BackendEvent& e : logs[r]) {
+          if (!e.collective || e.unit < 0 || (e.phase != Phase::unshard && e.phase != Phase::grad_reduce)) continue;
+          if (e.group < 0) ++ungrouped;
+          (e.phase == Phase::unshard ? unshard_groups : reduce_groups).insert(e.group);
+          if (e.phase == Phase::unshard) unshard_units.insert(e.unit);
+        }
+        EXPECT_EQ(unshard_groups.size(), 1u) << where << ": the unshard travelled in " << unshard_groups.size() << " groups";
+        EXPECT_EQ(reduce_groups.size(), 1u) << where << ": the reduction travelled in " << reduce_groups.size() << " groups";
+        EXPECT_EQ(ungrouped, 0) << where << ": " << ungrouped << " collectives outside the groups";
+        EXPECT_EQ(static_cast<int>(unshard_units.size()), units) << where << ": the group moved " << unshard_units.size()
+                                                                 << " of the " << units << " units";
+        const UnitCollectives counted = unit_collectives(logs[r]);
+        for (const auto& [u, n] : counted.unshard) EXPECT_EQ(n, 1) << where << ": unit " << u << " unsharded " << n << " times";
+      }
+    }
 }
 
 }  // namespace

@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -553,6 +554,49 @@ INSTANTIATE_TEST_SUITE_P(Tiny, MuonFamilyGolden,
                            return std::string("W3_") + to_string(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) == c10::kBFloat16 ? "_bf16" : "");
                          });
+
+// Model-wide groups (--comm-groups model): a transport, not arithmetic, so each case reproduces
+// the stored file its unit-grouped run wrote (no file of their own: the same bits).
+struct ModelGroupsCase {
+  std::string name;
+  int W;
+  std::function<TrainConfig()> config;
+};
+
+std::vector<ModelGroupsCase> model_groups_cases() {
+  auto with = [](int W, OptimizerKind o, c10::ScalarType dtype, std::function<void(TrainConfig&)> edit) {
+    return [=] {
+      TrainConfig c = golden_config(W, o, dtype);
+      edit(c);
+      c.runtime.comm_groups = CommGroups::model;
+      return c;
+    };
+  };
+  auto plain = [](TrainConfig&) {};
+  return {
+      {"W2_muon", 2, with(2, OptimizerKind::muon, c10::kFloat, plain)},
+      {"W4_adamw_bf16", 4, with(4, OptimizerKind::adamw, c10::kBFloat16, plain)},
+      {"R2S2_soap_dedup_bf16", 4, with(4, OptimizerKind::soap, c10::kBFloat16, [](TrainConfig& c) {
+         c.runtime.replicas = 2, c.runtime.step_mode = StepMode::dedup;
+       })},
+      {"W3_shampoo_tied", 3, with(3, OptimizerKind::shampoo, c10::kFloat, [](TrainConfig& c) { c.model.tie_embeddings = true; })},
+      {"W3_muon_bf16_moe", 3, with(3, OptimizerKind::muon, c10::kBFloat16, [](TrainConfig& c) {
+         c.model.experts = 4, c.model.top_k = 2, c.model.moe_intermediate = c.model.intermediate;
+       })},
+  };
+}
+
+void PrintTo(const ModelGroupsCase& c, std::ostream* os) { *os << c.name; }
+
+class ModelGroupsGolden : public ::testing::TestWithParam<ModelGroupsCase> {};
+
+TEST_P(ModelGroupsGolden, TrajectoryMatchesTheUnitGroupedFile) {
+  if (std::getenv("MFSDP_REGENERATE_GOLDENS")) GTEST_SKIP() << "the unit-grouped case writes the file";
+  check_golden(GetParam().W, GetParam().config());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, ModelGroupsGolden, ::testing::ValuesIn(model_groups_cases()),
+                         [](const ::testing::TestParamInfo<ModelGroupsCase>& info) { return info.param.name + "_model_groups"; });
 
 INSTANTIATE_TEST_SUITE_P(R2S2, HsdpGolden,
                          ::testing::Combine(::testing::Values(OptimizerKind::muon, OptimizerKind::adamw,

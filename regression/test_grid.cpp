@@ -28,8 +28,8 @@ constexpr int kSteps = 12;  // Shampoo and SOAP refresh every 5 steps: 3 refresh
 
 struct Row {
   int id = 0, W = 1;
-  std::string mesh, step_mode, optimizer, precision, reduce, placement, planner, tail, prefetch, mlp, tied, experts,
-      batched_ns, ns_variant, grad_reduce, clip, recompute, schedule, resume, qk_clip;
+  std::string mesh, step_mode, optimizer, precision, reduce, placement, planner, tail, prefetch, comm_groups, mlp, tied,
+      experts, batched_ns, ns_variant, grad_reduce, clip, recompute, schedule, resume, qk_clip;
   int expert_ranges = 0, grad_accum = 1, kv_heads = 4;
 };
 
@@ -45,6 +45,7 @@ std::vector<Row> load_rows() {
     r.mesh = j.at("mesh"), r.step_mode = j.at("step_mode"), r.optimizer = j.at("optimizer");
     r.precision = j.at("precision"), r.reduce = j.at("reduce"), r.placement = j.at("placement");
     r.planner = j.at("planner"), r.tail = j.at("tail"), r.prefetch = j.at("prefetch"), r.mlp = j.at("mlp");
+    r.comm_groups = j.at("comm_groups");
     r.tied = j.at("tied"), r.experts = j.at("experts"), r.batched_ns = j.at("batched_ns");
     r.ns_variant = j.at("ns_variant");
     r.expert_ranges = j.at("expert_ranges");
@@ -98,6 +99,7 @@ TrainConfig config_for(const Row& r) {
   }
   apply_placement(placement_from_string(r.placement), c);
   c.runtime.prefetch = r.prefetch == "on";
+  c.runtime.comm_groups = value_in(kCommGroupsNames, r.comm_groups).value();
   // Accumulation: micro-batches of one sequence (K = 2 sees the tokens of the plain rows' batch of
   // 2), for half the steps (roots and eigenbases still refreshed), so that a row costs about what a
   // plain one does.
@@ -143,6 +145,7 @@ std::string row_name(const ::testing::TestParamInfo<Row>& info) {
   if (r.resume == "mid") n += "_resumed";
   if (r.kv_heads != 4) n += "_kv" + std::to_string(r.kv_heads);
   if (r.qk_clip == "on") n += "_qk_clip";
+  if (r.comm_groups == "model") n += "_model_groups";
   return n;
 }
 
@@ -208,11 +211,11 @@ TEST_P(GridRow, BitMatchesTheOracle) {
     }
   for (const auto& f : failures) ADD_FAILURE() << "row " << r.id << ": " << f;
   if (failures.empty())
-    std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, mlp %s, tied %s, experts %s "
+    std::printf("row %d (W=%d %s %s, mesh %s %s, %s reduce %s, planner %s/%s, prefetch %s, groups %s, mlp %s, tied %s, experts %s "
                 "ranges %d, batched NS %s, NS variant %s, %d micro-batch(es) %s, clip %s, recompute %s, schedule %s, resume %s, kv heads %d, qk-clip %s): %d steps "
                 "bit-identical to the oracle\n",
                 r.id, r.W, r.placement.c_str(), r.optimizer.c_str(), r.mesh.c_str(), r.step_mode.c_str(), r.precision.c_str(),
-                r.reduce.c_str(), r.planner.c_str(), r.tail.c_str(), r.prefetch.c_str(), r.mlp.c_str(), r.tied.c_str(),
+                r.reduce.c_str(), r.planner.c_str(), r.tail.c_str(), r.prefetch.c_str(), r.comm_groups.c_str(), r.mlp.c_str(), r.tied.c_str(),
                 r.experts.c_str(), r.expert_ranges, r.batched_ns.c_str(), r.ns_variant.c_str(), r.grad_accum, r.grad_reduce.c_str(), r.clip.c_str(),
                 r.recompute.c_str(), r.schedule.c_str(), r.resume.c_str(), r.kv_heads, r.qk_clip.c_str(), config.steps);
 }

@@ -45,7 +45,12 @@ grep -q '"verdict": "differs"' "$work/report.json" || fail "fast: the JSON repor
 cat >"$work/tol.json" <<'JSON'
 {"entries": [{"name": "fast-reduce", "reason": "fast mode sums gradients in the backend's order", "rtol": 0.5, "atol": 1e-3}]}
 JSON
-"$mfsdp" conform "$work/oracle" "$work/fast" --tolerance "$work/tol.json" >"$work/out" 2>&1 || fail "fast within a tolerance: exit $?"
+# Within a tolerance: AdamW runs, whose fast-mode differences stay at the gradients' last bits
+# (2.8e-7 at most over 3 steps). Muon's bf16 Newton-Schulz amplifies them: on an AVX2-only EPYC
+# the Muon pair above is 2.4e-3 apart at step 3, past this entry's bound on values near zero.
+train --placement ddp --optimizer adamw --dump-trajectory "$work/oracle_adamw" --dump-grads
+train --placement owner --optimizer adamw --fast --dump-trajectory "$work/fast_adamw" --dump-grads
+"$mfsdp" conform "$work/oracle_adamw" "$work/fast_adamw" --tolerance "$work/tol.json" >"$work/out" 2>&1 || fail "fast within a tolerance: exit $?"
 grep -q "conform: WITHIN TOLERANCE" "$work/out" && grep -q "fast-reduce: [0-9]* value(s); fast mode sums" "$work/out" ||
   fail "fast: the verdict does not name the entry"
 

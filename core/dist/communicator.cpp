@@ -11,6 +11,32 @@
 
 namespace mfsdp {
 
+namespace {
+
+// A group's Work, waited on at most once underneath: a Gloo send or receive Work waits for one
+// more completion on each wait() (a second wait would hang until its timeout), and a model-wide
+// group's one Work is waited on by every unit it fills or reduces.
+class WaitOnceWork final : public c10d::Work {
+ public:
+  explicit WaitOnceWork(c10::intrusive_ptr<c10d::Work> inner) : inner_(std::move(inner)) {}
+  bool isCompleted() override { return waited_ || inner_->isCompleted(); }
+  bool isSuccess() const override { return inner_->isSuccess(); }
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (!waited_) {
+      inner_->wait(timeout);
+      waited_ = true;
+    }
+    return true;
+  }
+  void abort() override { inner_->abort(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  bool waited_ = false;  // waits come from the rank's own thread only
+};
+
+}  // namespace
+
 Communicator::Communicator(c10::intrusive_ptr<c10d::Backend> backend)
     : backend_(recording(std::move(backend))), rank_(backend_->getRank()), world_size_(backend_->getSize()) {
   if (backend_->getBackendName() == "nccl") control_device_ = current_cuda_device();
@@ -134,7 +160,8 @@ c10::intrusive_ptr<c10d::Work> Communicator::group(const std::function<void()>& 
   }
   grouping_ = false;
   c10::intrusive_ptr<c10d::Work> work = backend_->endCoalescing();
-  return group_parts_ == 0 ? c10::intrusive_ptr<c10d::Work>() : work;
+  if (group_parts_ == 0 || !work) return c10::intrusive_ptr<c10d::Work>();
+  return c10::make_intrusive<WaitOnceWork>(std::move(work));
 }
 
 void Communicator::barrier() {

@@ -68,9 +68,13 @@ class Communicator {
   // A group: the collectives `issue` issues travel together (c10d coalescing, RecordingBackend:
   // one NCCL group; on Gloo in flight together, broadcasts as point-to-point messages) and count
   // as one call of the phase in force, with their bytes as usual and PhaseCounters::parts counting
-  // them. Returns the one Work to wait on (undefined when `issue` issued nothing); the parts'
-  // own Works need no waiting. Groups do not nest; a barrier cannot be part of one.
+  // them. Returns the one Work to wait on (undefined when `issue` issued nothing), which may be
+  // waited on more than once (only the first wait waits); the parts' own Works need no waiting.
+  // Groups do not nest; a barrier cannot be part of one.
   c10::intrusive_ptr<c10d::Work> group(const std::function<void()>& issue);
+  // Inside group()'s `issue`: a caller that would open a group of its own issues its parts into
+  // the open one instead (the runtime's model-wide groups: docs/architecture.md).
+  bool grouping() const { return grouping_; }
 
   // Every rank must hold the same plan: compares hashes with one all-gather and throws on every
   // rank, naming the ranks that differ, instead of letting mismatched collectives hang.

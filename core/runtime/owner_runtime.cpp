@@ -115,6 +115,16 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
   }
   TORCH_CHECK(full_init.size() == plan_.shards().size(), "runtime: rank ", comm_.rank(), ": ", full_init.size(),
               " initial parameters for a plan of ", plan_.shards().size(), " (a parameter in no unit?)");
+  if (options_.comm_groups == CommGroups::model) {
+    // One group a direction for the whole model: nothing is left to overlap or to recompute on a
+    // revived buffer, and per-segment collectives are what a group replaces.
+    const char* clash = options_.prefetch                                   ? "prefetch (there is one group to overlap)"
+                        : options_.activation_checkpointing                 ? "activation checkpointing (it recomputes on a revived buffer, and nothing is resharded)"
+                        : options_.unshard == UnshardStrategy::per_segment ? "the per_segment unshard (each segment a collective of its own)"
+                                                                            : nullptr;
+    TORCH_CHECK(!clash, "runtime: rank ", comm_.rank(), ": model-wide groups (--comm-groups model) exclude ", clash);
+    options_.reshard_after_forward = false;
+  }
   {
     std::vector<std::string> names;
     for (const MatrixShard& s : plan_.shards()) names.push_back(s.name);
@@ -131,6 +141,7 @@ OwnerRuntime::OwnerRuntime(const OwnershipPlan& plan, Communicator& comm, Runtim
     anchors_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)).set_requires_grad(true));
   }
   local_sums_.resize(plan_.units().size());
+  held_grads_.resize(plan_.units().size());
   reduced_sums_.resize(plan_.units().size());
   last_borrower_.assign(plan_.units().size(), -1);
   recompute_fns_.resize(plan_.units().size());
@@ -171,6 +182,19 @@ void OwnerRuntime::track_peak() { peak_gathered_ = std::max(peak_gathered_, gath
 ParamMap OwnerRuntime::unshard(int u) {
   step_open_ = true;
   Unit& unit = *units_.at(u);
+  if (options_.comm_groups == CommGroups::model && unit.state() == UnitState::sharded && comm_.world_size() > 1) {
+    // The step's first unshard: every sharded unit's segments as one group (W = 1 moves nothing).
+    std::vector<int> issued;
+    c10::intrusive_ptr<c10d::Work> work = comm_.group([&] {
+      for (int v = 0; v < num_units(); ++v) {
+        if (units_[v]->state() != UnitState::sharded) continue;
+        units_[v]->unshard_async();
+        issued.push_back(v);
+      }
+    });
+    for (int v : issued) units_[v]->adopt_group_work(work);
+    track_peak();
+  }
   if (unit.state() == UnitState::sharded) unit.unshard_async();  // else prefetched
   track_peak();
   unit.wait_fill();
@@ -307,7 +331,7 @@ void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads)
   Unit& unit = *units_.at(u);
   reduce_order_.push_back(u);
   if (!deferred()) {
-    unit.reduce_to_owner(full_grads, options_.reduce);
+    issue_reduction(u, full_grads);
     return;
   }
   // Deferred accumulation: this rank's gradients, each upcast to the accumulation dtype, added to
@@ -329,7 +353,30 @@ void OwnerRuntime::reduce_unit(int u, const std::vector<at::Tensor>& full_grads)
   }
   std::vector<at::Tensor> totals = std::move(sums);
   sums.clear();
-  unit.reduce_to_owner(totals, options_.reduce);
+  issue_reduction(u, std::move(totals));
+}
+
+void OwnerRuntime::issue_reduction(int u, std::vector<at::Tensor> full_grads) {
+  if (options_.comm_groups == CommGroups::model) {
+    held_grads_.at(u) = std::move(full_grads);  // issued with every other unit's when backward ends
+    return;
+  }
+  units_.at(u)->reduce_to_owner(full_grads, options_.reduce);
+}
+
+void OwnerRuntime::issue_held_reductions() {
+  std::vector<int> issued;
+  c10::intrusive_ptr<c10d::Work> work = comm_.group([&] {
+    for (int u : reduce_order_) {
+      if (!held_grads_[u]) continue;  // kept local (deferred accumulation before the last micro-batch)
+      units_[u]->reduce_to_owner(*held_grads_[u], options_.reduce);
+      issued.push_back(u);
+    }
+  });
+  for (int u : issued) {
+    units_[u]->adopt_group_work(work);
+    held_grads_[u].reset();
+  }
 }
 
 void OwnerRuntime::queue_final_callback() {
@@ -353,6 +400,7 @@ void OwnerRuntime::finish_reductions() {
               ": finish_backward with no backward pass to finish (autograd's final callback already ran it for the "
               "last backward; it must not run twice)");
   callback_queued_ = false;
+  if (options_.comm_groups == CommGroups::model) issue_held_reductions();
   for (at::Tensor& v : lent_views_) v = at::Tensor();  // the graph that held them is done
   // The divisor of the step's mean: the mesh's W, times K under accumulation. Per micro-batch the
   // sums are added first and divided after the last one; deferred, nothing was reduced before it.

@@ -53,6 +53,17 @@ constexpr NameTable<NonFinitePolicy, 2> kNonFinitePolicyNames{{{NonFinitePolicy:
 
 
 
+// How many units' transfers travel as one group (Communicator::group).
+enum class CommGroups {
+  unit,   // each unit's unshard (revive) one group, and each unit's reduction one group
+  model,  // the whole model's: at the step's first unshard every unit's segments as one group, kept
+          // gathered until backward (no revive), and every unit's reduction as one group when
+          // backward ends. Two collectives a step instead of three per unit (FSDP2 wrapping only the
+          // root module); DDP's memory (every parameter and gradient in full at once). Same
+          // arithmetic, so the same bits.
+};
+constexpr NameTable<CommGroups, 2> kCommGroupsNames{{{CommGroups::unit, "unit"}, {CommGroups::model, "model"}}};
+
 // The runtime's options: the optimizers' (OptimizerOptions: kinds, hyperparameters, groups) and how
 // the units move and reduce.
 struct RuntimeOptions : OptimizerOptions {
@@ -61,6 +72,7 @@ struct RuntimeOptions : OptimizerOptions {
   ReduceMode reduce = ReduceMode::deterministic;
   UnshardStrategy unshard = UnshardStrategy::broadcast;  // measured faster on Gloo (bench_unshard)
   bool reshard_after_forward = true;  // false: keep gathered memory until backward (no revive)
+  CommGroups comm_groups = CommGroups::unit;  // model: implies reshard_after_forward false
   // Overlap communication with compute: issue unit u+1's unshard before unit u's forward runs,
   // and the revive of the unit before u (in forward order) before u's backward runs. At most two
   // units' gathered memory is resident at once instead of one. The same collectives in the same
@@ -192,6 +204,8 @@ class OwnerRuntime {
   void clip_gradients();
   void step_optimizers();
   void reduce_unit(int u, const std::vector<at::Tensor>& full_grads);
+  void issue_reduction(int u, std::vector<at::Tensor> full_grads);  // now, or held (CommGroups::model)
+  void issue_held_reductions();                                     // the held ones as one group
   void revive_unit(int u);
   at::Tensor recompute_backward(int u, const at::Tensor& input, const at::Tensor& grad_output);
   ParamMap unit_params(int u, const std::vector<at::Tensor>& views) const;
@@ -209,6 +223,8 @@ class OwnerRuntime {
   std::vector<bool> even_matrix_;            // per shard: stepped by even_step_ (a baseline)
   std::unique_ptr<EvenMatrixStep> even_step_;
   std::vector<int> reduce_order_;     // units in the order their reductions were issued
+  // CommGroups::model: per unit, the gradients its reduction takes, held until backward ends.
+  std::vector<std::optional<std::vector<at::Tensor>>> held_grads_;
   std::vector<int> forward_order_;    // units in the order after_forward pinned them (this step)
   bool callback_queued_ = false;
   int64_t peak_gathered_ = 0;

@@ -183,6 +183,10 @@ void Unit::begin_fill() {
   };
   if (strategy_ == UnshardStrategy::per_segment || W == 1) {
     issue();
+  } else if (comm_.grouping()) {  // parts of a caller's group: its Work is adopted (adopt_group_work)
+    const size_t before = fill_works_.size();
+    issue();
+    fill_works_.resize(before);
   } else {  // the whole fill, tail included, as one group: one collective of the unit
     const size_t before = fill_works_.size();
     c10::intrusive_ptr<c10d::Work> group = comm_.group(issue);
@@ -432,7 +436,7 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
   } else if (W > 1) {
     // One group: the tail's equal-size even prefixes in one reduce-scatter (packed rank after
     // rank), and a native reduce for each rank's owned remainder.
-    c10::intrusive_ptr<c10d::Work> group = comm_.group([&] {
+    auto issue = [&] {
       if (even_prefix_ > 0) {
         prefix_sum_ = at::empty({even_prefix_}, reduce_options_);
         comm_.reduce_scatter_sum(prefix_sum_, packed);
@@ -444,8 +448,26 @@ void Unit::reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode
         at::Tensor region = grad_flat_.narrow(0, seg.offset + even_prefix_, seg.numel - even_prefix_);
         comm_.reduce_sum(region, r);
       }
-    });
-    if (group) pending_.push_back(group);
+    };
+    if (comm_.grouping()) {
+      issue();  // parts of a caller's group: its Work is adopted (adopt_group_work)
+    } else {
+      c10::intrusive_ptr<c10d::Work> group = comm_.group(issue);
+      if (group) pending_.push_back(group);
+    }
+  }
+  if (comm_.grouping()) pending_.clear();  // the all-to-all's own Work: the caller's group stands for it
+}
+
+void Unit::adopt_group_work(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!work) return;
+  if (state_ == UnitState::reducing) {
+    TORCH_CHECK(!kept_local_, "unit '", layout_.name, "' on rank ", rank_, ": a group's Work adopted for gradients kept local");
+    pending_.push_back(work);
+  } else {
+    TORCH_CHECK(fill_pending_, "unit '", layout_.name, "' on rank ", rank_, ": a group's Work adopted with no fill issued (state ",
+                to_string(state_), ")");
+    fill_works_.push_back(work);
   }
 }
 

@@ -85,6 +85,10 @@ class Unit {
   void unshard_async();                                // sharded -> unsharded (fill in flight)
   void revive_async();                                 // pinned -> revived (fill in flight)
   void wait_fill();
+  // Issued inside another caller's Communicator::group (unshard_async, revive_async or
+  // reduce_to_owner while comm.grouping()): the unit's parts joined that group, and `work`, the
+  // group's one Work, is what wait_fill or finish_reduction waits for. Undefined: nothing moved.
+  void adopt_group_work(const c10::intrusive_ptr<c10d::Work>& work);
   bool fill_in_flight() const { return !fill_works_.empty() || fill_pending_; }
   void release();                                      // pinned -> sharded (no backward will come)
   void reduce_to_owner(const std::vector<at::Tensor>& full_grads, ReduceMode mode);  // -> reducing

@@ -49,6 +49,7 @@ FACTORS_DIFFERENTIAL = OrderedDict([
     ("planner", ["balanced", "round_robin", "greedy_bytes", "greedy_cost", "explicit"]),
     ("tail", ["even", "owner"]),
     ("prefetch", ["off", "on"]),
+    ("comm_groups", ["unit", "model"]),            # model: the whole model's unshard and reduction one group each
     ("mlp", ["gated", "ungated"]),
     ("tied", ["no", "yes"]),
     ("experts", ["none", "moe", "moe_shared"]),     # moe_shared: block 0 dense, one shared expert
@@ -129,6 +130,12 @@ def feasible_differential(row):
         return False                                # checkpoints are the owner runtime's
     if has("optimizer", "qk_clip") and g("qk_clip") == "on" and g("optimizer") not in MUON_FAMILY:
         return False                                # QK-clip's rule is the Muon family's
+    if has("placement", "comm_groups") and g("placement") in ("zero1", "ddp") and g("comm_groups") != "unit":
+        return False                                # the replicas have no units to group
+    if has("prefetch", "comm_groups") and g("prefetch") == "on" and g("comm_groups") != "unit":
+        return False                                # one group a direction: nothing to overlap
+    if has("recompute", "comm_groups") and g("recompute") == "on" and g("comm_groups") != "unit":
+        return False                                # nothing resharded, so no revived buffer
     return True
 
 

@@ -276,6 +276,44 @@ TEST_P(RuntimeGridRow, LifecycleGradientsCommunicationAndMemory) {
       }
     }
 
+    // 4d. Model-wide groups (CommGroups::model): the whole forward's unshard is one collective
+    // and the whole backward's reduction another, moving the bytes of the never-resharding control
+    // and giving the same bits, with every unit gathered at once.
+    {
+      RuntimeOptions model_opts = pinned_opts;
+      model_opts.comm_groups = CommGroups::model;
+      OwnerRuntime grouped(plan, comm, model_opts, init);
+      comm.reset_counters();
+      forward_backward(grouped, model, tokens, targets);
+      const PhaseCounters unshard = comm.counters(Phase::unshard), reduce = comm.counters(Phase::grad_reduce);
+      comm.reset_counters();
+      forward_backward(control, model, tokens, targets);
+      const PhaseCounters control_unshard = comm.counters(Phase::unshard), control_reduce = comm.counters(Phase::grad_reduce);
+      const int64_t one = gc.world_size > 1 ? 1 : 0;  // W = 1 moves nothing and groups nothing
+      const int64_t expected_unshard = gc.world_size > 1 ? 1 : control_unshard.calls;
+      if (unshard.calls != expected_unshard || unshard.bytes_recv != control_unshard.bytes_recv || unshard.parts != control_unshard.parts)
+        problem("rank " + std::to_string(me) + " model groups: unshard " + std::to_string(unshard.calls) + " calls, " +
+                std::to_string(unshard.parts) + " parts, " + std::to_string(unshard.bytes_recv) + " bytes; expected " +
+                std::to_string(one) + " call, the control's " + std::to_string(control_unshard.parts) + " parts and " +
+                std::to_string(control_unshard.bytes_recv) + " bytes");
+      // The control's per-unit reductions become one; the non-finite flags' all-reduce stays.
+      const int64_t expected_reduce = control_reduce.calls - one * rt.num_units() + one;
+      if (reduce.calls != expected_reduce || reduce.bytes_sent != control_reduce.bytes_sent)
+        problem("rank " + std::to_string(me) + " model groups: gradient reduction " + std::to_string(reduce.calls) + " calls, " +
+                std::to_string(reduce.bytes_sent) + " bytes; expected " + std::to_string(expected_reduce) + " and " +
+                std::to_string(control_reduce.bytes_sent) + " bytes");
+      int64_t every_unit = 0;
+      for (int u = 0; u < rt.num_units(); ++u) every_unit += rt.unit(u).gathered_capacity();
+      if (grouped.peak_gathered_bytes() != every_unit)
+        problem("rank " + std::to_string(me) + " model groups: peak gathered " + std::to_string(grouped.peak_gathered_bytes()) +
+                " bytes, expected every unit's " + std::to_string(every_unit));
+      for (const MatrixShard& s : plan.shards()) {
+        at::Tensor a = grouped.local_grad(s.name), b = rt.local_grad(s.name);
+        if (a.defined() && !bitwise_equal(a, b))
+          problem("rank " + std::to_string(me) + " grad of " + s.name + " differs with model groups");
+      }
+    }
+
     // 5. The step issues no collective and moves no byte.
     comm.reset_counters();
     rt.step();
