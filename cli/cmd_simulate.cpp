@@ -163,7 +163,7 @@ void add_simulate_command(CLI::App& app, Action& run) {
   cmd->add_option("--placement", a->placements, "owner | reconstruct | alltoall | zero1 | ddp (repeatable; default all)")
       ->each([a](const std::string&) { a->placements_given = true; });
   cmd->add_option("--profile", a->profile, "Hardware profile: a name in sim/profiles or a JSON file")->required();
-  add_run_options(cmd, a->run, {.optimizer_flags = false, .prefetch = false, .comm_groups = false, .recompute = false, .output_dtype = false, .model = false});
+  add_run_options(cmd, a->run, {.optimizer_flags = false, .prefetch = false, .recompute = false, .output_dtype = false, .model = false});
   cmd->add_option("--batch", a->batch, "Sequences per rank")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--seq", a->seq, "Tokens per sequence")->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--grad-accum", a->grad_accum,

@@ -53,7 +53,7 @@ void add_run_options(CLI::App* cmd, RunOptions& o, RunOptionSet set) {
                     "broadcast (a unit's segment broadcasts as one group) | allgather_even (the even tail's all-gather "
                     "in the same group) | per_segment (each segment's broadcast a collective of its own)")
         ->check(CLI::IsMember({"broadcast", "allgather_even", "per_segment"}));
-  if (set.unshard && set.comm_groups)
+  if (set.unshard)
     add_enum_option(cmd, "--comm-groups", o.comm_groups, kCommGroupsNames,
                     "unit (each unit's unshard and reduction one group; default) | model (the whole model's unshard one "
                     "group at the first forward, kept gathered until backward, and every reduction one group when "

@@ -68,7 +68,6 @@ struct RunOptionSet {
   bool fast = true;               // --fast (not for plan: the plan does not depend on it)
   bool prefetch = true;           // --prefetch
   bool unshard = true;            // --unshard (plan prices no transport)
-  bool comm_groups = true;        // --comm-groups (simulate does not price model-wide groups)
   bool recompute = true;          // --activation-checkpointing (simulate has its own; plan models no activations)
   bool output_dtype = true;       // --output-dtype
   bool model = true;              // --tie-embeddings and the MoE options

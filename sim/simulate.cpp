@@ -203,6 +203,7 @@ Layout lay_out(const SimConfig& c, const ModelSpec& spec) {
   l.memory.step_mode = c.train.runtime.step_mode;
   l.memory.grad_accum = c.train.grad_accum;
   l.memory.deferred = c.train.runtime.grad_reduce == GradReduce::deferred;
+  l.memory.whole_model_gathered = c.train.runtime.comm_groups == CommGroups::model;
   l.usage = plan_usage(make_plan(spec, l.mesh.shard, c.train.planner), l.memory);
   l.macs = optimizer_macs_per_rank(c, spec, l.usage, l.memory);
   l.busiest = static_cast<int>(std::max_element(l.macs.begin(), l.macs.end()) - l.macs.begin());

@@ -8,7 +8,8 @@ Real outputs of this build, made here in a scratch directory: `plan --json` (fla
 --recommend), `env --json`, `simulate --json` (every placement, flat and HSDP), `verify --json`,
 `train --metrics` (every line: steps and the summary), `conform --json` (equal, and a dump with one
 flipped bit judged exact and under a tolerance file), and `bench_step --json` (one small case). The
-committed results the dashboard reads (results/cpu/bench_step.json, results/cpu/peers.json) are
+committed results the dashboard reads (results/cpu/bench_step.json, results/cpu/peers.json and
+results/cpu/peers_comm_groups.json) are
 checked too: peers.json is written only by peers/side_by_side.py, which checks it against the same
 schema before writing.
 
@@ -130,7 +131,8 @@ def main():
                "--benchmark_filter=placement:(owner|reconstruct)/", "--json", bench) is not None:
             with open(bench) as f:
                 check("bench_step", "bench_step --json (tiny, W = 2, owner and reconstruct)", json.load(f))
-        for name, path in [("bench_step", "results/cpu/bench_step.json"), ("peers", "results/cpu/peers.json")]:
+        for name, path in [("bench_step", "results/cpu/bench_step.json"), ("peers", "results/cpu/peers.json"),
+                           ("peers", "results/cpu/peers_comm_groups.json")]:
             with open(os.path.join(SOURCE, path)) as f:
                 check(name, f"committed {path}", json.load(f))
     finally:

@@ -106,7 +106,8 @@ PlanUsage plan_usage(const OwnershipPlan& plan, const MemoryModelOptions& o) {
       ru.grad_bytes += mine * e;
       ru.unshard_recv_bytes += (u.numel - mine) * ce;
       const int64_t gathered = (casts ? u.numel : u.numel - mine) + even_full;
-      if (lends[ui]) kept[g] += gathered * ce;
+      if (o.whole_model_gathered) kept[g] += (gathered + u.numel) * ce;  // its gathered buffer and held gradients
+      else if (lends[ui]) kept[g] += gathered * ce;
       else others[g] = std::max(others[g], o.prefetch * gathered * ce);
     }
   }

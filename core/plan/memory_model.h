@@ -19,6 +19,10 @@ struct MemoryModelOptions {
   OptimizerKind optimizer = OptimizerKind::muon;  // matrix optimizer; everything else AdamW
   OptimizerCostConfig cost;
   int prefetch = 1;  // units gathered at once (the current one plus prefetched ones)
+  // Model-wide groups (RuntimeOptions::comm_groups = model): every unit gathered from the first
+  // forward to its backward, and every unit's full gradients held until backward ends (in the
+  // compute dtype, as autograd makes them), both at once.
+  bool whole_model_gathered = false;
   // Masters, their gradients and the optimizer state are in the plan's dtype; unshard moves and
   // the gathered buffer holds the param dtype's copies (with this rank's own segment when it casts).
   PrecisionPolicy precision;

@@ -211,6 +211,37 @@ TEST(Simulate, TheOwnerOptimizerStageHasNoCollective) {
   EXPECT_GT(r.stages[static_cast<int>(Stage::backward)].calls, 0);
 }
 
+// Model-wide groups (--comm-groups model) are priced as they run: the traced forward is one
+// collective and the backward one reduction group with the non-finite flags' all-reduce, with the
+// unit-grouped step's forward bytes and no revive; every unit is gathered, and its gradients held,
+// at once, so the peak grows by the gathered model and its full gradients.
+TEST(Simulate, ModelWideGroupsAreTwoCollectivesAStepAndHoldTheWholeModel) {
+  SimConfig s = cluster("llama3-8b", Placement::owner, 64, "h100-8x-8ndr");
+  s.activation_checkpointing = s.fused_attention = true;
+  s.train.runtime.reduce = ReduceMode::fast;
+  const SimResult unit = simulate(s);
+  s.activation_checkpointing = false;  // model groups keep every unit gathered: nothing is recomputed
+  const SimResult unit_plain = simulate(s);
+  s.train.runtime.comm_groups = CommGroups::model;
+  const SimResult model = simulate(s);
+  const auto& fwd = model.stages[static_cast<int>(Stage::forward)];
+  const auto& bwd = model.stages[static_cast<int>(Stage::backward)];
+  EXPECT_EQ(fwd.calls, 1);
+  EXPECT_EQ(bwd.calls, 2);
+  EXPECT_EQ(fwd.bytes, unit_plain.stages[static_cast<int>(Stage::forward)].bytes);
+  EXPECT_LT(model.step_s, unit_plain.step_s);
+  const double gathered = static_cast<double>(model.peak_bytes - model.activation_bytes) -
+                          static_cast<double>(unit_plain.peak_bytes - unit_plain.activation_bytes);
+  std::printf("llama3-8b, W = 64: unit groups %d + %d collectives, %.1f ms (%.1f ms recomputing); model groups %d + %d, "
+              "%.1f ms; peak without activations +%.1f GiB\n",
+              unit_plain.stages[0].calls, unit_plain.stages[1].calls, unit_plain.step_s * 1e3, unit.step_s * 1e3, fwd.calls,
+              bwd.calls, model.step_s * 1e3, gathered / (1 << 30));
+  // About the model's bf16 copy and its gradients (8.0 B parameters x 2 x 2 bytes), less the one
+  // unit a unit-grouped step gathers.
+  EXPECT_GT(gathered / 1e9, 28);
+  EXPECT_LT(gathered / 1e9, 34);
+}
+
 // Every matrix optimizer's owner step is traced to its end on meta tensors (a missing meta kernel
 // stops a trace: SOAP's eigenbasis flip once did), and it is local there too.
 TEST(Simulate, TracesEveryMatrixOptimizersOwnerStep) {
