@@ -12,6 +12,19 @@ Modes (docs/peers.md):
                      full_tensor(), torch's own Newton-Schulz on every rank, this rank's rows kept
                      (the paper's "reconstruction" baseline as users write it).
 
+The recipe's knobs, each as a stock user writes it with torch 2.11's own API (issue 53; docs/peers.md):
+  --grad-accum K     K micro-batches a step (rows m b .. (m + 1) b of the step's K b, as mfsdp), each
+                     backward on loss / K; the first K - 1 without gradient sync: DDP's no_sync(),
+                     FSDP2's set_requires_gradient_sync(False).
+  --max-norm X       torch.nn.utils.clip_grad_norm_(model.parameters(), X) before the step (on FSDP2's
+                     DTensor gradients: their partial norms all-reduced).
+  --activation-checkpointing
+                     each block recomputed in backward: torch.distributed._composable.checkpoint per
+                     block (non-reentrant torch.utils.checkpoint; parameter names unchanged), applied
+                     before fully_shard as FSDP2 asks.
+  --lr-schedule KIND LambdaLR on both optimizers with mfsdp's lambda (mfsdp_kit.schedules), stepped
+                     after every optimizer step.
+
 Each rank runs one intra-op thread (as mfsdp's deterministic mode). Per step rank 0 logs (JSON
 lines, --metrics): the loss (the mean of the ranks' losses in double, rank order, as mfsdp
 records it), forward + backward seconds, optimizer-step seconds, the collectives each phase issued
@@ -21,6 +34,7 @@ ru_maxrss. --dump-trajectory writes docs/conformance.md's format for `mfsdp conf
 Usage: torchrun --nproc-per-node W --master-addr 127.0.0.1 --master-port P peers/peer_train.py --mode MODE ...
 """
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -32,6 +46,7 @@ import torch.distributed as dist
 
 from mfsdp_kit.header import CONSTANT_LR, FP32, mesh_json, model_json, optimizer_json
 from mfsdp_kit.model import ADAMW_LR, MUON_LR, Dims, Model, batch, corpus_bytes, init_params, param_specs
+from mfsdp_kit.schedules import KINDS, schedule_json, schedule_lambda
 from mfsdp_kit.trajectory import TrajectoryWriter, corpus_crc32
 
 MODES = ("ddp", "fsdp2", "fsdp2_reconstruct")
@@ -153,6 +168,14 @@ def main():
     ap.add_argument("--batch", type=int, default=4, help="sequences per rank per step")
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches a step, each of --batch sequences")
+    ap.add_argument("--max-norm", type=float, default=0.0, help="clip_grad_norm_ at this norm (0: no clipping)")
+    ap.add_argument("--activation-checkpointing", action="store_true", help="recompute each block in backward")
+    ap.add_argument("--lr-schedule", choices=KINDS, default="constant")
+    ap.add_argument("--warmup-steps", type=int, default=0)
+    ap.add_argument("--stable-steps", type=int, default=0)
+    ap.add_argument("--decay-steps", type=int, help="default: the steps after warm-up and stable ones (as mfsdp)")
+    ap.add_argument("--min-lr-ratio", type=float, default=0.0)
     ap.add_argument("--dump-trajectory", help="write docs/conformance.md's trajectory format into this new directory")
     ap.add_argument("--dump-grads", action="store_true", help="with --dump-trajectory: every step's gradients too")
     ap.add_argument("--metrics", help="JSON lines from rank 0: one per step, then a summary")
@@ -160,6 +183,10 @@ def main():
                     help="a planted bug for the check that conform catches a wrong peer: Muon's momentum 0.9 while "
                          "the header records 0.95")
     a = ap.parse_args()
+    if a.grad_accum < 1 or a.max_norm < 0:
+        ap.error(f"--grad-accum {a.grad_accum} must be >= 1 and --max-norm {a.max_norm} >= 0")
+    decay = a.decay_steps if a.decay_steps is not None else max(1, a.steps - a.warmup_steps - a.stable_steps)
+    schedule = (a.lr_schedule, a.warmup_steps, a.stable_steps, decay, a.min_lr_ratio)
 
     torch.set_num_threads(1)  # as mfsdp's deterministic mode: one intra-op thread per rank
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # loopback only
@@ -171,6 +198,10 @@ def main():
     model.load_state_dict(init_params(a.seed, dims=dims))
     matrices = {n for n, _, m in param_specs(dims=dims) if m}
     collectives = Collectives(ddp=a.mode == "ddp")
+    if a.activation_checkpointing:
+        from torch.distributed._composable import checkpoint
+        for block in model.layers:
+            checkpoint(block)
     if a.mode == "ddp":
         pg = dist.group.WORLD
         trained = torch.nn.parallel.DistributedDataParallel(model, process_group=pg)
@@ -187,17 +218,23 @@ def main():
     muon_type = ReconstructMuon if a.mode == "fsdp2_reconstruct" else torch.optim.Muon
     muon = muon_type([p for n, p in named.items() if n in matrices], lr=MUON_LR)
     adamw = torch.optim.AdamW([p for n, p in named.items() if n not in matrices], lr=ADAMW_LR, foreach=False)
+    schedulers = []
+    if a.lr_schedule != "constant" or a.warmup_steps:
+        lam = schedule_lambda(*schedule)
+        schedulers = [torch.optim.lr_scheduler.LambdaLR(muon, lam), torch.optim.lr_scheduler.LambdaLR(adamw, lam)]
 
     dump = None
     if a.dump_trajectory and rank == 0:
         header = {"producer": f"peers/peer_train.py --mode {a.mode} (torch {torch.__version__})",
                   "model": model_json(dims),
-                  "optimizer": optimizer_json(muon.param_groups[0], adamw.param_groups[0]),
+                  # the base rates (LambdaLR has already set lr to base x lambda(0))
+                  "optimizer": optimizer_json(*[dict(o.param_groups[0], lr=o.param_groups[0].get("initial_lr", o.param_groups[0]["lr"]))
+                                                for o in (muon, adamw)]),
                   "world_size": W, "mesh": mesh_json(1, W), "precision": FP32,
                   "seed": a.seed,
-                  "data": {"batch": a.batch, "seq": a.seq, "grad_accum": 1, "corpus_bytes": len(data),
+                  "data": {"batch": a.batch, "seq": a.seq, "grad_accum": a.grad_accum, "corpus_bytes": len(data),
                            "corpus_crc32": corpus_crc32(data)},
-                  "max_norm": 0.0, "lr_schedule": CONSTANT_LR}
+                  "max_norm": a.max_norm, "lr_schedule": schedule_json(schedule) if schedulers else CONSTANT_LR}
         dump = TrajectoryWriter(a.dump_trajectory, header)
     if a.plant == "wrong-momentum":
         muon.param_groups[0]["momentum"] = 0.9  # the header above says 0.95
@@ -215,11 +252,32 @@ def main():
             dump.add(0, params)
     metrics = open(a.metrics + f".tmp.{os.getpid()}", "w") if a.metrics and rank == 0 else None
     for step in range(a.steps):
-        tokens, targets = batch(data, a.seed, step, rank, a.batch, a.seq)
+        K, b = a.grad_accum, a.batch
+        all_tokens, all_targets = batch(data, a.seed, step, rank, K * b, a.seq)
         t0 = time.perf_counter()
-        with collectives.region() as fb:
-            loss = trained(tokens, targets)
-            loss.backward()
+        micro_losses, grad_norm, fb_counts, clip_counts = [], None, {}, {}
+        for m in range(K):  # a CommDebugMode region each: one does not survive a second forward
+            last = m == K - 1
+            if a.mode == "ddp":
+                sync = contextlib.nullcontext() if last else trained.no_sync()
+            else:
+                model.set_requires_gradient_sync(last)
+                sync = contextlib.nullcontext()
+            with collectives.region() as fb, sync:
+                loss = trained(all_tokens[m * b:(m + 1) * b], all_targets[m * b:(m + 1) * b])
+                (loss / K if K > 1 else loss).backward()
+            for k, v in fb.counts.items():
+                fb_counts[k] = fb_counts.get(k, 0) + v
+            micro_losses.append(float(loss.item()))
+        if a.max_norm > 0:
+            with collectives.region() as clip:
+                grad_norm = float(full(torch.nn.utils.clip_grad_norm_(model.parameters(), a.max_norm)).item())
+            clip_counts = clip.counts
+        local_loss = micro_losses[0]
+        for x in micro_losses[1:]:  # the micro-batches' mean in double, in order (as mfsdp)
+            local_loss += x
+        if K > 1:
+            local_loss /= K
         t1 = time.perf_counter()
         grads = state_in_full(grads=True) if a.dump_trajectory and a.dump_grads else None
         t2 = time.perf_counter()
@@ -227,18 +285,21 @@ def main():
             muon.step()
             adamw.step()
         t3 = time.perf_counter()
+        for s in schedulers:
+            s.step()
         muon.zero_grad(set_to_none=True)
         adamw.zero_grad(set_to_none=True)
-        mean = mean_over_ranks(float(loss.item()), W)
+        mean = mean_over_ranks(local_loss, W)
         slowest = max_over_ranks([t1 - t0, t3 - t2], W)
         if a.dump_trajectory:
             params = state_in_full()
             if dump:
-                dump.add(step + 1, params, loss=mean, grads=grads)
+                dump.add(step + 1, params, loss=mean, grad_norm=grad_norm, grads=grads)
         if metrics:
             metrics.write(json.dumps({"step": step + 1, "loss": mean, "forward_backward_s": t1 - t0, "optimizer_s": t3 - t2,
                                       "max_forward_backward_s": slowest[0], "max_optimizer_s": slowest[1],
-                                      "collectives": {"forward_backward": fb.counts, "optimizer_step": opt.counts}}) + "\n")
+                                      "collectives": {"forward_backward": fb_counts, "optimizer_step": opt.counts,
+                                                      **({"clip": clip_counts} if a.max_norm > 0 else {})}}) + "\n")
     maxrss = torch.tensor([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss], dtype=torch.int64)
     all_rss = [torch.empty_like(maxrss) for _ in range(W)]
     dist.all_gather(all_rss, maxrss)

@@ -84,6 +84,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from mfsdp_kit.schedules import schedule_flags, schedule_lambda  # one home for lambda (docs/schedules.md)
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -187,35 +188,6 @@ def make_optimizers(params, tied=False, moe=False):
     muon = torch.optim.Muon(matrices, lr=MUON_LR)
     adamw = torch.optim.AdamW([params[n] for n, _, m in specs if not m], lr=ADAMW_LR, foreach=False)
     return muon, adamw, slices
-
-
-def schedule_lambda(kind, warmup, stable, decay, min_ratio):
-    """λ(t) of docs/schedules.md, operation for operation as core/optim/lr_schedule.cpp evaluates it."""
-    def lam(t):
-        if t < warmup:
-            return (t + 1) / (warmup + 1)
-        if kind == "constant":
-            return 1.0
-        since = t - warmup
-        if kind == "wsd":
-            if since < stable:
-                return 1.0
-            since -= stable
-        p = min(since, decay) / decay
-        if kind == "warmup-cosine":
-            return min_ratio + (1 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * p))
-        return min_ratio + (1 - min_ratio) * (1.0 - p)
-    return lam
-
-
-def schedule_flags(schedule):
-    kind, warmup, stable, decay, min_ratio = schedule
-    flags = ["--lr-schedule", kind, "--warmup-steps", str(warmup)]
-    if kind == "wsd":
-        flags += ["--stable-steps", str(stable)]
-    if kind != "constant":
-        flags += ["--decay-steps", str(decay), "--min-lr-ratio", repr(min_ratio)]
-    return flags
 
 
 def lambda_lr_sequence(base, lam, steps, make=None):
